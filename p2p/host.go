@@ -1,0 +1,116 @@
+package p2p
+
+import (
+	"fmt"
+
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/p2p/host/resource-manager"
+	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
+	quic "github.com/libp2p/go-libp2p/p2p/transport/quic"
+	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// UserAgent is what this host tells its peers it runs.
+const UserAgent = "suanli/0.1"
+
+// HostConfig configures NewHost. Zero values take the defaults written on
+// each field.
+type HostConfig struct {
+	// Key is the node's identity; its peer ID is the account. Required.
+	Key crypto.PrivKey
+	// Listen lists multiaddrs to listen on. Default: TCP and QUIC on
+	// 127.0.0.1 with OS-chosen ports, so nothing is exposed unless asked.
+	Listen []string
+	// ConnLow and ConnHigh are the connection manager's watermarks: above
+	// High it trims back to Low. Default 64 and 192: a market node talks to a
+	// DHT neighbourhood and a gossip mesh, not thousands of peers.
+	ConnLow, ConnHigh int
+	// MemoryLimit is the resource manager's memory budget in bytes.
+	// Default 512 MiB.
+	MemoryLimit int64
+	// FDLimit is the resource manager's file-descriptor budget. Default 1024.
+	FDLimit int
+	// Registerer receives libp2p's own metrics. Default: none (disabled).
+	Registerer prometheus.Registerer
+}
+
+// DefaultListen is where a node listens when not told: loopback only.
+var DefaultListen = []string{"/ip4/127.0.0.1/tcp/0", "/ip4/127.0.0.1/udp/0/quic-v1"}
+
+// NewHost starts a libp2p host with Ed25519 identity, TCP and QUIC, noise
+// and TLS security, and explicit resource-manager and connection-manager
+// limits. It does not use mDNS, NAT port mapping, relays or any public
+// bootstrap peer.
+func NewHost(cfg HostConfig) (host.Host, error) {
+	if cfg.Key == nil {
+		return nil, fmt.Errorf("p2p: host needs a key")
+	}
+	if cfg.Key.Type() != crypto.Ed25519 {
+		return nil, fmt.Errorf("p2p: host key is %v, want Ed25519", cfg.Key.Type())
+	}
+	listen := cfg.Listen
+	if len(listen) == 0 {
+		listen = DefaultListen
+	}
+	low, high := cfg.ConnLow, cfg.ConnHigh
+	if low == 0 {
+		low = 64
+	}
+	if high == 0 {
+		high = 192
+	}
+	if high < low {
+		return nil, fmt.Errorf("p2p: connection high watermark %d below low %d", high, low)
+	}
+	mem, fds := cfg.MemoryLimit, cfg.FDLimit
+	if mem == 0 {
+		mem = 512 << 20
+	}
+	if fds == 0 {
+		fds = 1024
+	}
+	scaling := rcmgr.DefaultLimits
+	libp2p.SetDefaultServiceLimits(&scaling)
+	limiter := rcmgr.NewFixedLimiter(scaling.Scale(mem, fds))
+	var rmOpts []rcmgr.Option
+	if cfg.Registerer != nil {
+		rcmgr.MustRegisterWith(cfg.Registerer)
+		str, err := rcmgr.NewStatsTraceReporter()
+		if err != nil {
+			return nil, fmt.Errorf("p2p: resource manager metrics: %w", err)
+		}
+		rmOpts = append(rmOpts, rcmgr.WithTraceReporter(str))
+	}
+	rm, err := rcmgr.NewResourceManager(limiter, rmOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("p2p: resource manager: %w", err)
+	}
+	cm, err := connmgr.NewConnManager(low, high)
+	if err != nil {
+		return nil, fmt.Errorf("p2p: connection manager: %w", err)
+	}
+	opts := []libp2p.Option{
+		libp2p.Identity(cfg.Key),
+		libp2p.ListenAddrStrings(listen...),
+		libp2p.Transport(tcp.NewTCPTransport),
+		libp2p.Transport(quic.NewTransport),
+		libp2p.ResourceManager(rm),
+		libp2p.ConnectionManager(cm),
+		libp2p.UserAgent(UserAgent),
+		libp2p.DisableRelay(),
+	}
+	if cfg.Registerer != nil {
+		opts = append(opts, libp2p.PrometheusRegisterer(cfg.Registerer))
+	} else {
+		opts = append(opts, libp2p.DisableMetrics())
+	}
+	h, err := libp2p.New(opts...)
+	if err != nil {
+		rm.Close()
+		return nil, fmt.Errorf("p2p: libp2p host: %w", err)
+	}
+	return h, nil
+}
