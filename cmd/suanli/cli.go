@@ -1,0 +1,347 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/keystore"
+)
+
+// errUsage marks a misuse of the command line: usage is printed, exit 2.
+var errUsage = errors.New("usage")
+
+type env struct {
+	stdout, stderr io.Writer
+	repo           string
+	json           bool
+}
+
+type command struct {
+	name, args, summary string
+	run                 func(e *env, args []string) error
+}
+
+var commands []command
+
+func init() {
+	commands = []command{
+		{"init", "", "create the repo: identity key and config", cmdInit},
+		{"daemon", "[flags]", "run the node: provider with GPUs, buyer always", cmdDaemon},
+		{"id", "", "peer ID and listen addresses", cmdID},
+		{"gpus", "[--gpu-sim MODEL]", "the local GPU inventory that would be offered", cmdGPUs},
+		{"offers", "[filters]", "search the network for GPU offers", cmdOffers},
+		{"peers", "", "connected peers", cmdPeers},
+		{"devnet", "[--providers N] [--buyers M] [--keep]", "run a whole local market on simulated GPUs", cmdDevnet},
+		{"version", "", "print the version", func(e *env, _ []string) error { fmt.Fprintln(e.stdout, version); return nil }},
+	}
+}
+
+const version = "suanli 0.1.0"
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, `suanli: a peer-to-peer market for GPU time
+
+Usage: suanli [--repo DIR] [--json] COMMAND [flags]
+
+Commands:
+`)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %-40s %s\n", c.name, c.args, c.summary)
+	}
+	fmt.Fprintf(w, `
+Global flags (before or after the command):
+  --repo DIR   node repo (default $SUANLI_REPO or ~/.suanli)
+  --json       machine-readable output
+
+Run 'suanli COMMAND -h' for a command's flags.
+`)
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	e := &env{stdout: stdout, stderr: stderr}
+	global := flag.NewFlagSet("suanli", flag.ContinueOnError)
+	global.SetOutput(io.Discard)
+	addGlobal(global, e)
+	if err := global.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout)
+			return 0
+		}
+		fmt.Fprintf(stderr, "suanli: %v\n\n", err)
+		usage(stderr)
+		return 2
+	}
+	rest := global.Args()
+	if len(rest) == 0 {
+		usage(stderr)
+		return 2
+	}
+	name := rest[0]
+	if name == "help" {
+		usage(stdout)
+		return 0
+	}
+	for _, c := range commands {
+		if c.name != name {
+			continue
+		}
+		err := c.run(e, rest[1:])
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.Is(err, errUsage):
+			fmt.Fprintf(stderr, "suanli %s: %v\n", name, strings.TrimPrefix(err.Error(), "usage: "))
+			fmt.Fprintf(stderr, "usage: suanli %s %s (see 'suanli %s -h')\n", name, c.args, name)
+			return 2
+		default:
+			fmt.Fprintf(stderr, "suanli %s: %v\n", name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "suanli: unknown command %q\n\n", name)
+	usage(stderr)
+	return 2
+}
+
+func addGlobal(fs *flag.FlagSet, e *env) {
+	def := os.Getenv("SUANLI_REPO")
+	if def == "" {
+		if home, err := os.UserHomeDir(); err == nil {
+			def = filepath.Join(home, ".suanli")
+		}
+	}
+	if e.repo == "" {
+		e.repo = def
+	}
+	fs.StringVar(&e.repo, "repo", e.repo, "node repo `dir`")
+	fs.BoolVar(&e.json, "json", e.json, "machine-readable output")
+}
+
+// parse parses a command's flags (the global ones too) and checks the
+// number of positional arguments.
+func parse(e *env, fs *flag.FlagSet, args []string, positional int) error {
+	addGlobal(fs, e)
+	fs.SetOutput(e.stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() != positional {
+		return fmt.Errorf("%w: want %d argument(s), got %d: %q", errUsage, positional, fs.NArg(), fs.Args())
+	}
+	return nil
+}
+
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
+
+func passphrase(file string) ([]byte, error) {
+	return keystore.Passphrase("SUANLI_PASSPHRASE", file)
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func cmdInit(e *env, args []string) error {
+	fs := flag.NewFlagSet("init", flag.ContinueOnError)
+	passFile := fs.String("passphrase-file", "", "encrypt the key with the passphrase in `file` (or set SUANLI_PASSPHRASE)")
+	if err := parse(e, fs, args, 0); err != nil {
+		return err
+	}
+	pass, err := passphrase(*passFile)
+	if err != nil {
+		return err
+	}
+	key, err := node.InitRepo(e.repo, node.DefaultConfig(), pass)
+	if err != nil {
+		return err
+	}
+	id, _ := peer.IDFromPrivateKey(key)
+	if e.json {
+		return printJSON(e.stdout, map[string]any{"id": id.String(), "repo": e.repo, "encrypted": len(pass) > 0})
+	}
+	fmt.Fprintf(e.stdout, "initialized repo %s\npeer ID %s\n", e.repo, id)
+	if len(pass) == 0 {
+		fmt.Fprintln(e.stdout, "the identity key is not encrypted; set SUANLI_PASSPHRASE or --passphrase-file to encrypt it")
+	}
+	return nil
+}
+
+func cmdDaemon(e *env, args []string) error {
+	fs := flag.NewFlagSet("daemon", flag.ContinueOnError)
+	var listen, boot listFlag
+	fs.Var(&listen, "listen", "listen `multiaddr` (repeatable; default from config: loopback)")
+	fs.Var(&boot, "bootstrap", "bootstrap peer `multiaddr` ending in /p2p/<id> (repeatable)")
+	api := fs.String("api", "", "local API `host:port` or unix:/path (default from config: 127.0.0.1:0)")
+	sim := fs.String("gpu-sim", "", "simulate a `model`: dgxa100, dgxb200, dgxh100, dgxh200")
+	seed := fs.Int64("gpu-seed", 1, "simulated telemetry `seed`")
+	noGPU := fs.Bool("no-gpu", false, "do not probe NVML: buyer only")
+	region := fs.String("region", "", "provider region `code`, e.g. CN-GZ (default from config)")
+	price := fs.String("price", "", "on-demand price per GPU-hour, a `decimal` (default from config)")
+	currency := fs.String("currency", "", "price `currency` (default from config: USD)")
+	ttl := fs.Duration("offer-ttl", time.Hour, "offer lifetime; republished at a third of it")
+	passFile := fs.String("passphrase-file", "", "passphrase `file` for an encrypted key")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := parse(e, fs, args, 0); err != nil {
+		return err
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("%w: --log-level: %v", errUsage, err)
+	}
+	if *sim != "" && *noGPU {
+		return fmt.Errorf("%w: --gpu-sim and --no-gpu conflict", errUsage)
+	}
+	pass, err := passphrase(*passFile)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: lvl}))
+	opts := []node.Option{node.WithRepo(e.repo), node.WithAutoInit(), node.WithPassphrase(pass), node.WithLogger(log), node.WithOfferTTL(*ttl)}
+	if len(listen) > 0 {
+		opts = append(opts, node.WithListen(listen...))
+	}
+	if len(boot) > 0 {
+		opts = append(opts, node.WithBootstrap(boot...))
+	}
+	if *api != "" {
+		opts = append(opts, node.WithAPI(*api))
+	}
+	if *sim != "" {
+		opts = append(opts, node.WithGPUSim(*sim, *seed))
+	}
+	if *noGPU {
+		opts = append(opts, node.WithoutGPU())
+	}
+	if *region != "" {
+		opts = append(opts, node.WithRegion(*region))
+	}
+	if *price != "" || *currency != "" {
+		cfg, err := node.LoadConfig(e.repo)
+		if err != nil && !errors.Is(err, node.ErrNotInitialized) {
+			return err
+		}
+		p, c := *price, *currency
+		if p == "" {
+			p = cmpOr(cfg.Price, "2.50")
+		}
+		if c == "" {
+			c = cmpOr(cfg.Currency, "USD")
+		}
+		opts = append(opts, node.WithPrice(p, c))
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	n, err := node.New(opts...)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "suanli daemon %s\n", n.PeerID())
+	for _, a := range n.Addrs() {
+		fmt.Fprintf(e.stdout, "listening on %s\n", a)
+	}
+	fmt.Fprintf(e.stdout, "API on %s\n", n.APIAddr())
+	if !n.IsProvider() {
+		info, _ := n.ID(ctx)
+		fmt.Fprintf(e.stdout, "no GPUs to offer (%s): running as a buyer\n", info.NoGPUReason)
+	}
+	<-ctx.Done()
+	fmt.Fprintln(e.stdout, "shutting down")
+	return n.Close()
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func cmdID(e *env, args []string) error {
+	fs := flag.NewFlagSet("id", flag.ContinueOnError)
+	passFile := fs.String("passphrase-file", "", "passphrase `file` for an encrypted key (when no daemon runs)")
+	if err := parse(e, fs, args, 0); err != nil {
+		return err
+	}
+	var info node.IDInfo
+	c, err := node.OpenClient(e.repo)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if info, err = c.ID(ctx); err != nil {
+			return err
+		}
+	} else if errors.Is(err, node.ErrNoDaemon) {
+		// No daemon: the ID from the key, with no addresses.
+		pass, err := passphrase(*passFile)
+		if err != nil {
+			return err
+		}
+		if !node.IsInitialized(e.repo) {
+			return fmt.Errorf("%w at %s: run `suanli init`", node.ErrNotInitialized, e.repo)
+		}
+		key, err := node.LoadKey(e.repo, pass)
+		if err != nil {
+			return err
+		}
+		id, _ := peer.IDFromPrivateKey(key)
+		info = node.IDInfo{ID: id.String(), Addrs: []string{}}
+	} else {
+		return err
+	}
+	if e.json {
+		return printJSON(e.stdout, map[string]any{"id": info.ID, "addrs": info.Addrs})
+	}
+	fmt.Fprintln(e.stdout, info.ID)
+	for _, a := range info.Addrs {
+		fmt.Fprintln(e.stdout, a)
+	}
+	return nil
+}
+
+func cmdPeers(e *env, args []string) error {
+	fs := flag.NewFlagSet("peers", flag.ContinueOnError)
+	if err := parse(e, fs, args, 0); err != nil {
+		return err
+	}
+	c, err := node.OpenClient(e.repo)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	peers, err := c.Peers(ctx)
+	if err != nil {
+		return err
+	}
+	sort.Slice(peers, func(i, j int) bool { return peers[i].ID < peers[j].ID })
+	if e.json {
+		return printJSON(e.stdout, peers)
+	}
+	for _, p := range peers {
+		fmt.Fprintf(e.stdout, "%s %s\n", p.ID, strings.Join(p.Addrs, " "))
+	}
+	return nil
+}

@@ -1,0 +1,230 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/suanli/suanli/gpu"
+	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/devnet"
+)
+
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+func cmdGPUs(e *env, args []string) error {
+	fs := flag.NewFlagSet("gpus", flag.ContinueOnError)
+	sim := fs.String("gpu-sim", "", "simulate a `model`: "+strings.Join(gpu.SimModels(), ", "))
+	seed := fs.Int64("gpu-seed", 1, "simulated telemetry `seed`")
+	if err := parse(e, fs, args, 0); err != nil {
+		return err
+	}
+	var b gpu.Backend
+	var err error
+	if *sim != "" {
+		b, err = gpu.OpenSim(*sim, *seed)
+	} else {
+		b, err = gpu.Open()
+	}
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	r, err := node.InventoryReport(b)
+	if err != nil {
+		return err
+	}
+	if e.json {
+		return printJSON(e.stdout, r)
+	}
+	fmt.Fprintf(e.stdout, "backend %s, driver %s, CUDA %s, confidential computing %v, attestation %s\n",
+		r.Backend, r.DriverVersion, r.CUDADriverVersion, r.ConfidentialComputing, r.Attestation)
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "IDX\tUUID\tNAME\tMARKET\tMEMORY\tCC\tUTIL\tTEMP\tPOWER")
+	for _, g := range r.GPUs {
+		util, temp, power := "-", "-", "-"
+		if t := g.Telemetry; t != nil {
+			util, temp, power = fmt.Sprintf("%d%%", t.UtilizationPercent), fmt.Sprintf("%dC", t.TemperatureC), fmt.Sprintf("%dW", t.PowerMilliwatts/1000)
+		}
+		cc := "-"
+		if g.EvidenceReportSHA256 != "" {
+			cc = "evidence"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Index, g.UUID, g.Name, g.Market, gib(g.MemoryBytes), cc, util, temp, power)
+	}
+	return tw.Flush()
+}
+
+func gib(b uint64) string { return fmt.Sprintf("%d GiB", (b+(1<<29))>>30) }
+
+func cmdOffers(e *env, args []string) error {
+	fs := flag.NewFlagSet("offers", flag.ContinueOnError)
+	var q node.OfferQuery
+	fs.StringVar(&q.GPU, "gpu", "", "market key or model substring, e.g. h100")
+	fs.IntVar(&q.MinGPUs, "min-gpus", 0, "at least `N` matching GPUs")
+	fs.Uint64Var(&q.MinVRAMGiB, "min-vram", 0, "at least `GIB` of memory per GPU")
+	fs.StringVar(&q.Region, "region", "", "region `code` (CN-GZ), or a prefix ending in - (CN-)")
+	fs.StringVar(&q.MaxPrice, "max-price", "", "highest on-demand price per GPU-hour, a `decimal`")
+	fs.StringVar(&q.Currency, "currency", "USD", "`currency` of --max-price")
+	fs.BoolVar(&q.CCAttested, "cc-attested", false, "only offers carrying confidential-computing evidence")
+	fs.StringVar(&q.Sort, "sort", "price", "sort by price, vram or gpus")
+	timeout := fs.Duration("timeout", 30*time.Second, "give up after `duration`")
+	if err := parse(e, fs, args, 0); err != nil {
+		return err
+	}
+	if q.MinGPUs < 0 {
+		return fmt.Errorf("%w: --min-gpus must not be negative", errUsage)
+	}
+	if q.MaxPrice != "" {
+		if _, err := market.ParseMoney(q.MaxPrice, q.Currency); err != nil {
+			return fmt.Errorf("%w: --max-price: %v", errUsage, err)
+		}
+	}
+	if err := market.SortOffers(nil, q.Sort); err != nil {
+		return fmt.Errorf("%w: --sort: %v", errUsage, err)
+	}
+	c, err := node.OpenClient(e.repo)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	offers, err := c.Offers(ctx, q)
+	if err != nil {
+		return err
+	}
+	if e.json {
+		return printJSON(e.stdout, offers)
+	}
+	if len(offers) == 0 {
+		fmt.Fprintln(e.stdout, "no offers match")
+		return nil
+	}
+	printOffers(e, offers)
+	return nil
+}
+
+func printOffers(e *env, offers []node.OfferView) {
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROVIDER\tREGION\tGPUS\tMEMORY/GPU\tPRICE/GPU-H\tATTESTATION")
+	for _, o := range offers {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s %s\t%s\n", short(o.Provider), o.Region, gpuSummary(o.GPUs), memSummary(o.GPUs), o.Price, o.Currency, o.Attestation)
+	}
+	tw.Flush()
+}
+
+func short(id string) string {
+	if len(id) > 16 {
+		return id[:6] + "…" + id[len(id)-8:]
+	}
+	return id
+}
+
+func gpuSummary(gs []node.GPUSummary) string {
+	count := map[string]int{}
+	for _, g := range gs {
+		count[g.Market]++
+	}
+	var parts []string
+	for m, c := range count {
+		parts = append(parts, fmt.Sprintf("%dx %s", c, m))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
+
+func memSummary(gs []node.GPUSummary) string {
+	if len(gs) == 0 {
+		return "-"
+	}
+	return gib(gs[0].MemoryBytes)
+}
+
+func cmdDevnet(e *env, args []string) error {
+	fs := flag.NewFlagSet("devnet", flag.ContinueOnError)
+	providers := fs.Int("providers", 5, "`N` providers on simulated DGX machines")
+	buyers := fs.Int("buyers", 3, "`M` buyers")
+	keep := fs.Bool("keep", false, "keep running until Ctrl-C")
+	timeout := fs.Duration("timeout", 50*time.Second, "fail if discovery takes longer than `duration`")
+	if err := parse(e, fs, args, 0); err != nil {
+		return err
+	}
+	if *providers < 1 || *providers > 200 || *buyers < 1 || *buyers > 200 {
+		return fmt.Errorf("%w: --providers and --buyers must be 1..200", errUsage)
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	start := time.Now()
+	fmt.Fprintf(e.stdout, "starting devnet: %d providers, %d buyers on 127.0.0.1\n", *providers, *buyers)
+	net, err := devnet.Start(ctx, devnet.Config{Providers: *providers, Buyers: *buyers})
+	if err != nil {
+		return err
+	}
+	defer net.Close()
+	for i, p := range net.Providers {
+		m := net.Machines[i]
+		fmt.Fprintf(e.stdout, "  provider %d %s: %s in %s at %s %s/GPU-h\n", i, short(p.PeerID().String()), m.Model, m.Region, m.Price, m.Currency)
+	}
+	if err := net.WaitPublished(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "all %d offers published to the DHT (%.1fs)\n", *providers, time.Since(start).Seconds())
+	searches := []struct {
+		label string
+		q     node.OfferQuery
+	}{
+		{"every offer", node.OfferQuery{}},
+		{"H100, 8 GPUs, under 2.60 USD", node.OfferQuery{GPU: "h100", MinGPUs: 8, MaxPrice: "2.60"}},
+		{"at least 140 GiB per GPU", node.OfferQuery{MinVRAMGiB: 140, Sort: "vram"}},
+		{"cheap west compute (CN-NM)", node.OfferQuery{Region: "CN-NM"}},
+		{"confidential-computing evidence", node.OfferQuery{CCAttested: true}},
+	}
+	for i, b := range net.Buyers {
+		s := searches[i%len(searches)]
+		want := 0
+		all, err := devnet.WaitFound(ctx, b, node.OfferQuery{}, *providers)
+		if err != nil {
+			return fmt.Errorf("buyer %d: %w", i, err)
+		}
+		_ = all
+		offers, err := b.Offers(ctx, s.q)
+		if err != nil {
+			return fmt.Errorf("buyer %d: %w", i, err)
+		}
+		want = len(offers)
+		fmt.Fprintf(e.stdout, "\nbuyer %d %s searches %s: %d offer(s)\n", i, short(b.PeerID().String()), s.label, want)
+		if e.json {
+			printJSON(e.stdout, offers)
+		} else if len(offers) > 0 {
+			printOffers(e, offers)
+		}
+	}
+	fmt.Fprintf(e.stdout, "\ndevnet ok: %d providers, %d buyers, every buyer found every offer (%.1fs)\n", *providers, *buyers, time.Since(start).Seconds())
+	if *keep {
+		fmt.Fprintln(e.stdout, "running until Ctrl-C; bootstrap with:")
+		for _, a := range net.Providers[0].Addrs() {
+			fmt.Fprintf(e.stdout, "  --bootstrap %s\n", a)
+		}
+		cancel()
+		ctx, stop := signalContext()
+		defer stop()
+		<-ctx.Done()
+	}
+	if err := net.Close(); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}

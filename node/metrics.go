@@ -1,0 +1,95 @@
+package node
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/suanli/suanli/gpu"
+)
+
+// metrics is one node's Prometheus registry, served at /metrics.
+type metrics struct {
+	reg       *prometheus.Registry
+	util      *prometheus.GaugeVec
+	memUsed   *prometheus.GaugeVec
+	temp      *prometheus.GaugeVec
+	power     *prometheus.GaugeVec
+	energy    *prometheus.GaugeVec
+	published prometheus.Counter
+	found     prometheus.Counter
+	rejects   *prometheus.CounterVec
+}
+
+func newMetrics() *metrics {
+	gpuLabels := []string{"uuid", "index"}
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		util: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "suanli_gpu_utilization_percent", Help: "GPU utilization over the last sample period, percent.",
+		}, gpuLabels),
+		memUsed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "suanli_gpu_memory_used_bytes", Help: "GPU memory in use, bytes.",
+		}, gpuLabels),
+		temp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "suanli_gpu_temperature_celsius", Help: "GPU core temperature, degrees Celsius.",
+		}, gpuLabels),
+		power: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "suanli_gpu_power_watts", Help: "GPU power draw, watts.",
+		}, gpuLabels),
+		energy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "suanli_gpu_energy_joules", Help: "GPU energy consumed since the driver loaded, joules (0 when not reported).",
+		}, gpuLabels),
+		published: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "suanli_offers_published_total", Help: "Offers this node published to the DHT.",
+		}),
+		found: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "suanli_offers_found_total", Help: "Valid offers this node fetched from the DHT.",
+		}),
+		rejects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "suanli_validation_rejects_total", Help: "Signed objects refused, by kind and reason.",
+		}, []string{"kind", "reason"}),
+	}
+	m.reg.MustRegister(m.util, m.memUsed, m.temp, m.power, m.energy, m.published, m.found, m.rejects,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// watch registers gauges read from the node on each scrape.
+func (m *metrics) watch(n *Node) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "suanli_dht_routing_table_peers", Help: "Peers in the DHT routing table.",
+		}, func() float64 {
+			if d := n.dht; d != nil {
+				return float64(d.RoutingTableSize())
+			}
+			return 0
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "suanli_peers_connected", Help: "Peers with an open connection.",
+		}, func() float64 {
+			if h := n.host; h != nil {
+				return float64(len(h.Network().Peers()))
+			}
+			return 0
+		}),
+	)
+}
+
+func (m *metrics) observe(tel []gpu.Telemetry) {
+	for i, t := range tel {
+		l := prometheus.Labels{"uuid": t.UUID, "index": itoa(i)}
+		m.util.With(l).Set(float64(t.UtilizationPercent))
+		m.memUsed.With(l).Set(float64(t.MemoryUsedBytes))
+		m.temp.With(l).Set(float64(t.TemperatureC))
+		m.power.With(l).Set(float64(t.PowerMilliwatts) / 1000)
+		m.energy.With(l).Set(float64(t.EnergyMillijoules) / 1000)
+	}
+}
+
+func itoa(i int) string {
+	if i < 10 {
+		return string(rune('0' + i))
+	}
+	return itoa(i/10) + string(rune('0'+i%10))
+}

@@ -1,0 +1,460 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/suanli/suanli/gpu"
+	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/p2p"
+	"github.com/suanli/suanli/proto"
+)
+
+// Option configures New. Options override the repo's config.json.
+type Option func(*options) error
+
+type options struct {
+	repo       string
+	autoInit   bool
+	passphrase []byte
+	listen     []string
+	bootstrap  []string
+	api        *string
+	gpuSim     string
+	gpuSeed    int64
+	backend    gpu.Backend
+	noGPU      bool
+	region     string
+	price      string
+	currency   string
+	offerTTL   time.Duration
+	client     bool
+	logger     *slog.Logger
+	now        func() time.Time
+}
+
+// WithRepo sets the repo directory. Required.
+func WithRepo(dir string) Option {
+	return func(o *options) error { o.repo = dir; return nil }
+}
+
+// WithAutoInit initializes the repo with defaults if it has none.
+func WithAutoInit() Option {
+	return func(o *options) error { o.autoInit = true; return nil }
+}
+
+// WithPassphrase decrypts (or, with WithAutoInit, encrypts) the identity key.
+func WithPassphrase(p []byte) Option {
+	return func(o *options) error { o.passphrase = p; return nil }
+}
+
+// WithListen replaces the listen multiaddrs.
+func WithListen(addrs ...string) Option {
+	return func(o *options) error {
+		for _, a := range addrs {
+			if _, err := ma.NewMultiaddr(a); err != nil {
+				return fmt.Errorf("node: listen address %q: %w", a, err)
+			}
+		}
+		o.listen = addrs
+		return nil
+	}
+}
+
+// WithBootstrap replaces the bootstrap peers (full multiaddrs with /p2p/<id>).
+func WithBootstrap(addrs ...string) Option {
+	return func(o *options) error {
+		if _, err := parseBootstrap(addrs); err != nil {
+			return err
+		}
+		o.bootstrap = addrs
+		return nil
+	}
+}
+
+// WithAPI sets the local API address: "127.0.0.1:0" picks a free port,
+// "unix:/path" a unix socket, "" disables the API.
+func WithAPI(addr string) Option {
+	return func(o *options) error { o.api = &addr; return nil }
+}
+
+// WithGPUSim makes the node a provider of a simulated machine (see
+// gpu.SimModels), its telemetry deterministic for seed.
+func WithGPUSim(model string, seed int64) Option {
+	return func(o *options) error {
+		if o.backend != nil || o.noGPU {
+			return errors.New("node: WithGPUSim conflicts with WithGPUBackend/WithoutGPU")
+		}
+		o.gpuSim, o.gpuSeed = model, seed
+		return nil
+	}
+}
+
+// WithGPUBackend uses the given backend; the node closes it on Close.
+func WithGPUBackend(b gpu.Backend) Option {
+	return func(o *options) error {
+		if o.gpuSim != "" || o.noGPU {
+			return errors.New("node: WithGPUBackend conflicts with WithGPUSim/WithoutGPU")
+		}
+		o.backend = b
+		return nil
+	}
+}
+
+// WithoutGPU runs the node as a buyer only, without probing NVML.
+func WithoutGPU() Option {
+	return func(o *options) error {
+		if o.gpuSim != "" || o.backend != nil {
+			return errors.New("node: WithoutGPU conflicts with WithGPUSim/WithGPUBackend")
+		}
+		o.noGPU = true
+		return nil
+	}
+}
+
+// WithRegion sets the provider's region code, e.g. "CN-GZ".
+func WithRegion(code string) Option {
+	return func(o *options) error {
+		if !market.ValidRegion(code) {
+			return fmt.Errorf("node: region %q: want a code like CN-GZ or US-CA", code)
+		}
+		o.region = code
+		return nil
+	}
+}
+
+// WithPrice sets the on-demand price per GPU-hour, a decimal in currency.
+func WithPrice(decimal, currency string) Option {
+	return func(o *options) error {
+		if _, err := market.ParseMoney(decimal, currency); err != nil {
+			return fmt.Errorf("node: price: %w", err)
+		}
+		o.price, o.currency = decimal, currency
+		return nil
+	}
+}
+
+// WithOfferTTL sets how long published offers live; they are republished
+// at a third of it. Default 1 h.
+func WithOfferTTL(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 3*time.Second || d > market.MaxOfferTTL {
+			return fmt.Errorf("node: offer TTL %s out of range 3s..%s", d, market.MaxOfferTTL)
+		}
+		o.offerTTL = d
+		return nil
+	}
+}
+
+// WithDHTClient runs the DHT in client mode: for short-lived processes that
+// should not hold records for others.
+func WithDHTClient() Option {
+	return func(o *options) error { o.client = true; return nil }
+}
+
+// WithLogger sets the logger; each subsystem logs under its own name.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) error { o.logger = l; return nil }
+}
+
+// WithClock sets the clock used for offer times and validation.
+func WithClock(now func() time.Time) Option {
+	return func(o *options) error { o.now = now; return nil }
+}
+
+// Node is one Suanli peer: provider when it has GPUs, buyer always.
+// Its methods are safe for concurrent use.
+type Node struct {
+	repo     string
+	key      crypto.PrivKey
+	lock     *os.File
+	store    *store
+	host     host.Host
+	dht      *p2p.DHT
+	gpus     gpu.Backend // nil: buyer only
+	noGPU    error       // why gpus is nil
+	region   string
+	price    market.Money
+	offerTTL time.Duration
+	now      func() time.Time
+	log      *slog.Logger
+	metrics  *metrics
+	api      *apiServer
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu        sync.Mutex
+	published *proto.Offer // last offer successfully published
+}
+
+var _ API = (*Node)(nil)
+
+// New opens the repo, starts the libp2p host, DHT and local API, and starts
+// joining the network and (with GPUs) publishing offers in the background.
+// Close stops everything.
+func New(opts ...Option) (_ *Node, err error) {
+	o := options{offerTTL: time.Hour, now: time.Now}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if o.repo == "" {
+		return nil, errors.New("node: no repo directory (WithRepo)")
+	}
+	if o.logger == nil {
+		o.logger = slog.Default()
+	}
+	if o.autoInit && !IsInitialized(o.repo) {
+		if _, err := InitRepo(o.repo, DefaultConfig(), o.passphrase); err != nil {
+			return nil, err
+		}
+	}
+	cfg, err := LoadConfig(o.repo)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{repo: o.repo, now: o.now, offerTTL: o.offerTTL, log: o.logger.With("node", filepath.Base(o.repo))}
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+	if n.lock, err = lockRepo(o.repo); err != nil {
+		return nil, err
+	}
+	if n.key, err = LoadKey(o.repo, o.passphrase); err != nil {
+		return nil, err
+	}
+	pid, _ := peer.IDFromPrivateKey(n.key)
+	n.log = n.log.With("peer", shortID(pid))
+
+	// Resolve configuration: options win over config.json.
+	listen := firstNonEmpty(o.listen, cfg.Listen)
+	bootstrap := firstNonEmpty(o.bootstrap, cfg.Bootstrap)
+	apiAddr := cfg.API
+	if o.api != nil {
+		apiAddr = *o.api
+	}
+	n.region = cmpOr(o.region, cfg.Region, defaultRegion)
+	if !market.ValidRegion(n.region) {
+		return nil, fmt.Errorf("node: region %q in config: want a code like CN-GZ", n.region)
+	}
+	priceStr, cur := cmpOr(o.price, cfg.Price, "2.50"), cmpOr(o.currency, cfg.Currency, "USD")
+	if n.price, err = market.ParseMoney(priceStr, cur); err != nil {
+		return nil, fmt.Errorf("node: price in config: %w", err)
+	}
+	peers, err := parseBootstrap(bootstrap)
+	if err != nil {
+		return nil, err
+	}
+
+	n.metrics = newMetrics()
+	if n.store, err = openStore(filepath.Join(o.repo, datastoreDir), o.logger.With("subsystem", "badger")); err != nil {
+		return nil, err
+	}
+	n.openGPUs(o, cfg)
+
+	if n.host, err = p2p.NewHost(p2p.HostConfig{Key: n.key, Listen: listen, Registerer: n.metrics.reg}); err != nil {
+		return nil, err
+	}
+	validator := p2p.OfferValidator{Now: n.now, OnReject: func(reason string) {
+		n.metrics.rejects.WithLabelValues("offer", reason).Inc()
+	}}
+	if n.dht, err = p2p.NewDHT(p2p.DHTConfig{Host: n.host, Validator: validator, Client: o.client, Bootstrap: peers}); err != nil {
+		return nil, err
+	}
+	n.metrics.watch(n)
+
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	if apiAddr != "" {
+		if n.api, err = startAPI(n, apiAddr); err != nil {
+			return nil, err
+		}
+	}
+	n.wg.Add(1)
+	go n.run()
+	n.log.Info("node started", "addrs", n.host.Addrs(), "provider", n.gpus != nil, "api", n.APIAddr())
+	return n, nil
+}
+
+func (n *Node) openGPUs(o options, cfg Config) {
+	sim := cmpOr(o.gpuSim, cfg.GPUSim)
+	switch {
+	case o.noGPU:
+		n.noGPU = errors.New("started without GPUs (buyer only)")
+	case o.backend != nil:
+		n.gpus = o.backend
+	case sim != "":
+		b, err := gpu.OpenSim(sim, o.gpuSeed)
+		if err != nil {
+			n.noGPU = err
+			n.log.Warn("simulated GPUs unavailable; running as a buyer", "err", err)
+			return
+		}
+		n.gpus = b
+	default:
+		b, err := gpu.Open()
+		if err != nil {
+			n.noGPU = err
+			n.log.Info("no GPU found; running as a buyer", "reason", err)
+			return
+		}
+		n.gpus = b
+	}
+}
+
+// Close stops the node: API, background work, DHT, host, GPUs, store, lock.
+// The api file is removed. Close is safe to call more than once.
+func (n *Node) Close() error {
+	var errs []error
+	if n.api != nil {
+		errs = append(errs, n.api.close())
+		n.api = nil
+	}
+	if n.cancel != nil {
+		n.cancel()
+		n.wg.Wait()
+		n.cancel = nil
+	}
+	if n.dht != nil {
+		errs = append(errs, n.dht.Close())
+		n.dht = nil
+	}
+	if n.host != nil {
+		errs = append(errs, n.host.Close())
+		n.host = nil
+	}
+	if n.gpus != nil {
+		errs = append(errs, n.gpus.Close())
+		n.gpus = nil
+	}
+	if n.store != nil {
+		errs = append(errs, n.store.Close())
+		n.store = nil
+	}
+	if n.lock != nil {
+		errs = append(errs, n.lock.Close())
+		n.lock = nil
+	}
+	return errors.Join(errs...)
+}
+
+// PeerID is the node's identity.
+func (n *Node) PeerID() peer.ID { return n.host.ID() }
+
+// Host is the node's libp2p host, for integrators adding protocols.
+func (n *Node) Host() host.Host { return n.host }
+
+// Addrs are the node's full listen multiaddrs, ending in /p2p/<id>.
+func (n *Node) Addrs() []string {
+	var out []string
+	for _, a := range n.host.Addrs() {
+		out = append(out, a.String()+"/p2p/"+n.host.ID().String())
+	}
+	return out
+}
+
+// APIAddr is where the local API listens, or "" when it is off.
+func (n *Node) APIAddr() string {
+	if n.api == nil {
+		return ""
+	}
+	return n.api.addr
+}
+
+// IsProvider reports whether the node has GPUs to offer.
+func (n *Node) IsProvider() bool { return n.gpus != nil }
+
+// Published is the last offer this node published, or nil.
+func (n *Node) Published() *proto.Offer {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.published
+}
+
+// ID implements API.
+func (n *Node) ID(context.Context) (IDInfo, error) {
+	info := IDInfo{ID: n.host.ID().String(), Addrs: n.Addrs(), Provider: n.gpus != nil}
+	if n.noGPU != nil {
+		info.NoGPUReason = n.noGPU.Error()
+	}
+	return info, nil
+}
+
+// ErrNoGPUs is returned by GPUs on a node that has none.
+var ErrNoGPUs = errors.New("node: this node has no GPUs")
+
+// GPUs implements API.
+func (n *Node) GPUs(context.Context) (GPUReport, error) {
+	if n.gpus == nil {
+		return GPUReport{}, fmt.Errorf("%w: %v", ErrNoGPUs, n.noGPU)
+	}
+	return InventoryReport(n.gpus)
+}
+
+// Peers implements API.
+func (n *Node) Peers(context.Context) ([]PeerView, error) {
+	out := []PeerView{}
+	for _, p := range n.host.Network().Peers() {
+		v := PeerView{ID: p.String(), Addrs: []string{}}
+		for _, c := range n.host.Network().ConnsToPeer(p) {
+			v.Addrs = append(v.Addrs, c.RemoteMultiaddr().String())
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func parseBootstrap(addrs []string) ([]peer.AddrInfo, error) {
+	var out []peer.AddrInfo
+	for _, a := range addrs {
+		m, err := ma.NewMultiaddr(a)
+		if err != nil {
+			return nil, fmt.Errorf("node: bootstrap address %q: %w", a, err)
+		}
+		ai, err := peer.AddrInfoFromP2pAddr(m)
+		if err != nil {
+			return nil, fmt.Errorf("node: bootstrap address %q must end in /p2p/<peer-id>: %w", a, err)
+		}
+		out = append(out, *ai)
+	}
+	return out, nil
+}
+
+func firstNonEmpty(a, b []string) []string {
+	if len(a) > 0 {
+		return a
+	}
+	return b
+}
+
+func cmpOr(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func shortID(p peer.ID) string {
+	s := p.String()
+	if len(s) > 8 {
+		return s[len(s)-8:]
+	}
+	return s
+}

@@ -1,0 +1,81 @@
+package node
+
+import (
+	"context"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/p2p"
+	"github.com/suanli/suanli/proto"
+)
+
+// Offers implements API: it finds the providers of the queried market in
+// the DHT (all providers when the GPU filter is not an exact market key),
+// fetches and validates each offer, caches it in Badger, and filters and
+// sorts. If the network yields nothing, unexpired cached offers are used.
+func (n *Node) Offers(ctx context.Context, q OfferQuery) ([]OfferView, error) {
+	f, err := q.filter()
+	if err != nil {
+		return nil, err
+	}
+	key := p2p.AnyMarket
+	if market.ValidMarketKey(q.GPU) && q.GPU != "" && isFullMarketKey(q.GPU) {
+		key = q.GPU
+	}
+	found, ferr := n.dht.FindOffers(ctx, p2p.FindConfig{Market: key, Now: n.now})
+	if ferr != nil {
+		n.log.Debug("some offers could not be fetched", "err", ferr)
+	}
+	offers := map[peer.ID]*proto.Offer{}
+	for _, fo := range found {
+		n.metrics.found.Inc()
+		offers[fo.Provider] = fo.Offer
+		if err := n.store.putOffer(fo.Provider, fo.Envelope); err != nil {
+			n.log.Warn("caching offer failed", "err", err)
+		}
+	}
+	if len(found) == 0 {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		n.fromCache(offers)
+	}
+	list := make([]*proto.Offer, 0, len(offers))
+	for _, o := range offers {
+		if f.Match(o) {
+			list = append(list, o)
+		}
+	}
+	if err := market.SortOffers(list, q.Sort); err != nil {
+		return nil, badRequest("%v", err)
+	}
+	out := make([]OfferView, 0, len(list))
+	for _, o := range list {
+		out = append(out, offerView(o, f))
+	}
+	return out, nil
+}
+
+// fromCache adds the cached offers that still validate.
+func (n *Node) fromCache(into map[peer.ID]*proto.Offer) {
+	cached, err := n.store.cachedOffers()
+	if err != nil {
+		n.log.Warn("reading offer cache failed", "err", err)
+		return
+	}
+	now := n.now()
+	for p, env := range cached {
+		o, signer, err := p2p.OpenOffer(env, now)
+		if err != nil || signer != p {
+			continue
+		}
+		into[p] = o
+	}
+}
+
+// isFullMarketKey tells an exact market key ("nvidia-h100-sxm5-80gb") from
+// a search word ("h100"): keys name a vendor and a memory size.
+func isFullMarketKey(s string) bool {
+	return len(s) > 8 && (s[:7] == "nvidia-" || s[:4] == "amd-") && s[len(s)-2:] == "gb"
+}
