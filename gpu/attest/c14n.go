@@ -29,6 +29,7 @@ const (
 	nsXML          = "http://www.w3.org/XML/1998/namespace"
 	maxXMLDepth    = 64
 	maxXMLElements = 1 << 16
+	maxXMLInScope  = 64 // namespace bindings in scope at once
 )
 
 type xnode struct {
@@ -178,6 +179,9 @@ func parseXMLTree(doc []byte) (*xnode, error) {
 					}
 					n.attrs = append(n.attrs, a)
 				}
+			}
+			if len(n.ns) > maxXMLInScope {
+				return nil, fmt.Errorf("more than %d namespace bindings in scope", maxXMLInScope)
 			}
 			if _, ok := n.ns[n.prefix]; n.prefix != "" && !ok {
 				return nil, fmt.Errorf("undeclared prefix %q on <%s:%s>", n.prefix, n.prefix, n.local)

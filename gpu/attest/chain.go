@@ -123,20 +123,75 @@ func selfSigned(c *x509.Certificate) bool {
 }
 
 // verifyChain checks that certs is ordered leaf first, each certificate
-// issued by the next, ending at (or directly under) root, and that x509 path
-// validation to root succeeds at now. Each failure wraps its own sentinel.
-func verifyChain(certs []*x509.Certificate, root pinnedRoot, now time.Time, what string) error {
+// issued by the next, ending at (or directly under) the pinned root, and that
+// x509 path validation to that root succeeds at now. Each failure wraps its
+// own sentinel. The common, valid case costs one x509.Verify; the per-link
+// diagnosis runs only when that fails or took a path other than the order
+// given.
+func verifyChain(certs []*x509.Certificate, root pinnedRoot, now time.Time) error {
 	if len(certs) == 0 {
 		return ErrChainEmpty
 	}
+	inter := x509.NewCertPool()
+	for _, c := range certs[1:] {
+		inter.AddCert(c)
+	}
+	chains, verr := certs[0].Verify(x509.VerifyOptions{
+		Roots:         root.pool,
+		Intermediates: inter,
+		CurrentTime:   now,
+		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
+	})
+	if verr == nil {
+		for _, c := range chains {
+			if pathIs(c, certs, root.cert) {
+				return nil
+			}
+		}
+	}
+	if err := diagnoseChain(certs, root); err != nil {
+		return err
+	}
+	if verr != nil {
+		return fmt.Errorf("%w: %v", ErrChainInvalid, verr)
+	}
+	return fmt.Errorf("%w: the certificates verify only along another path than the order given", ErrChainOrder)
+}
+
+// pathIs reports whether the verified path is exactly certs, followed by the
+// root when certs does not end with it.
+func pathIs(path, certs []*x509.Certificate, root *x509.Certificate) bool {
+	want := certs
+	if !certs[len(certs)-1].Equal(root) {
+		want = append(append([]*x509.Certificate(nil), certs...), root)
+	}
+	if len(path) != len(want) {
+		return false
+	}
+	for i := range path {
+		if !path[i].Equal(want[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// diagnoseChain names the first structural fault of certs: order, a
+// missing issuer, a bad signature, or a foreign root.
+func diagnoseChain(certs []*x509.Certificate, root pinnedRoot) error {
+	rootName := certName(root.cert)
 	for i := 0; i+1 < len(certs); i++ {
 		child, parent := certs[i], certs[i+1]
-		if bytes.Equal(child.Raw, root.cert.Raw) {
-			return fmt.Errorf("%w: the pinned root %q is certificate %d, not last", ErrChainOrder, certName(child), i)
+		if child.Equal(root.cert) {
+			return fmt.Errorf("%w: the pinned root %q is certificate %d, not last", ErrChainOrder, rootName, i)
 		}
 		nameOK, sigOK := issuedBy(child, parent)
 		if sigOK {
 			continue
+		}
+		if selfSigned(child) {
+			return fmt.Errorf("%w: certificate %d (%s) is a self-signed root other than the pinned %q",
+				ErrChainUntrustedRoot, i, certName(child), rootName)
 		}
 		if nameOK {
 			return fmt.Errorf("%w: certificate %d (%s) names certificate %d (%s) as issuer",
@@ -157,37 +212,19 @@ func verifyChain(certs []*x509.Certificate, root pinnedRoot, now time.Time, what
 		return fmt.Errorf("%w: the issuer of certificate %d (%s), %q, is missing",
 			ErrChainIncomplete, i, certName(child), child.Issuer.String())
 	}
-	if last := certs[len(certs)-1]; !bytes.Equal(last.Raw, root.cert.Raw) {
+	if last := certs[len(certs)-1]; !last.Equal(root.cert) {
 		nameOK, sigOK := issuedBy(last, root.cert)
 		switch {
 		case sigOK:
 		case selfSigned(last):
-			return fmt.Errorf("%w: root %q is not the pinned %s %q",
-				ErrChainUntrustedRoot, certName(last), what, certName(root.cert))
+			return fmt.Errorf("%w: root %q is not the pinned %q", ErrChainUntrustedRoot, certName(last), rootName)
 		case nameOK:
-			return fmt.Errorf("%w: last certificate (%s) names the pinned %s as issuer",
-				ErrChainBadSignature, certName(last), what)
+			return fmt.Errorf("%w: last certificate (%s) names the pinned %q as issuer",
+				ErrChainBadSignature, certName(last), rootName)
 		default:
-			return fmt.Errorf("%w: chain ends at %q, issued by %q, which is neither in the chain nor the pinned %s",
-				ErrChainIncomplete, certName(last), last.Issuer.String(), what)
+			return fmt.Errorf("%w: chain ends at %q, issued by %q, which is neither in the chain nor the pinned %q",
+				ErrChainIncomplete, certName(last), last.Issuer.String(), rootName)
 		}
-	}
-
-	inter := x509.NewCertPool()
-	for _, c := range certs[1:] {
-		inter.AddCert(c)
-	}
-	chains, err := certs[0].Verify(x509.VerifyOptions{
-		Roots:         root.pool,
-		Intermediates: inter,
-		CurrentTime:   now,
-		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
-	})
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrChainInvalid, err)
-	}
-	if len(chains) == 0 {
-		return fmt.Errorf("%w: no path found", ErrChainInvalid)
 	}
 	return nil
 }
@@ -237,7 +274,8 @@ type diceTcbInfo struct {
 	Layer   int       `asn1:"optional,tag:4"`
 	Index   int       `asn1:"optional,tag:5"`
 	FWIDs   []fwidASN `asn1:"optional,tag:6"`
-	Rest    asn1.RawContent
+	// later fields (flags, vendorInfo, type) are ignored; encoding/asn1
+	// allows trailing SEQUENCE elements.
 }
 
 // CertFWID extracts the SHA-384 FWID from the leaf's tcg-dice-TcbInfo

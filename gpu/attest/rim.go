@@ -177,7 +177,7 @@ func VerifyRIM(doc []byte, now time.Time) (*RIM, error) {
 	if len(certs) == 0 {
 		return nil, fmt.Errorf("%w: no X509Certificate in KeyInfo", ErrRIMMalformed)
 	}
-	if err := verifyChain(certs, rimRoot(), now, "RIM root"); err != nil {
+	if err := verifyChain(certs, rimRoot(), now); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRIMChain, err)
 	}
 	signer := certs[0]

@@ -240,8 +240,9 @@ func (r recorder) skip(name, reason string, err error) {
 	r.v.Checks = append(r.v.Checks, Check{Name: name, Outcome: NotChecked, Reason: reason, Err: err})
 }
 
-// reasonOf turns "attest: not fresh: …" into "not fresh: …".
-func reasonOf(err error) string { return strings.TrimPrefix(err.Error(), "attest: ") }
+// reasonOf turns "attest: not fresh: …" into "not fresh: …", also inside
+// wrapped messages.
+func reasonOf(err error) string { return strings.ReplaceAll(err.Error(), "attest: ", "") }
 
 // Verify checks ev offline and records one Check per step: parse, chain,
 // signature, fwid, nonce, driver, vbios, uuid, rim, revocation. It never
@@ -273,7 +274,7 @@ func Verify(ev Evidence, opts Options) *Verdict {
 		leaf = certs[0]
 		v.Facts.Chip = chipName(leaf)
 		v.Facts.DeviceID = certDeviceID(leaf)
-		cerr = verifyChain(certs, deviceRoot(), now, "NVIDIA Device Identity CA")
+		cerr = verifyChain(certs, deviceRoot(), now)
 	}
 	if cerr != nil {
 		rec.fail(CheckChain, cerr)
