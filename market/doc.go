@@ -1,4 +1,13 @@
 // Package market is Suanli's pure domain: money, offers and their filters,
-// orders, the order book and matching, spot price and index. It does no I/O,
-// starts no goroutines and reads no clock: callers pass `now`.
+// orders, the order book and matching, the spot price and index, and lease
+// types. It does no I/O, starts no goroutines and reads no clock: callers
+// pass `now`, so replaying the same inputs gives the same book.
+//
+// Files: money.go (integer micro-unit money and decimal parsing); offer.go
+// (offer rules, search filters and sorting); order.go (orders, sides,
+// flags, constraints, validation and reject reasons); book.go (the book:
+// price levels with FIFO queues, cancel, expiry sweep, replay memory);
+// match.go (matching proposals, crossing, fills, spot price); index.go (the
+// manipulation-resistant price index); lease_type.go (spot, on-demand,
+// reserved; reserved discounts; spot preemption).
 package market

@@ -1,0 +1,691 @@
+package market
+
+import (
+	"errors"
+	"fmt"
+	"iter"
+	"time"
+)
+
+// Book errors. Each is returned wrapped with detail; Reason labels them.
+var (
+	// ErrWrongBook is returned when an order or fill names another market
+	// or currency than the book's.
+	ErrWrongBook = errors.New("market: wrong market or currency for this book")
+	// ErrDuplicate is returned when the book already holds an order with
+	// this ID, remembers it as filled or cancelled, or has already applied a
+	// fill with this ID. Replays are expected on gossip: callers treat it as
+	// a no-op.
+	ErrDuplicate = errors.New("market: duplicate")
+	// ErrDuplicateKey is returned (as a *DuplicateKeyError naming the first
+	// order) when a maker reuses a client key the book still knows.
+	ErrDuplicateKey = errors.New("market: duplicate client key")
+	// ErrNotResting is returned when an immediate-or-cancel order is added:
+	// it trades through Match or not at all.
+	ErrNotResting = errors.New("market: immediate-or-cancel order cannot rest")
+	// ErrNotFound is returned when a cancel names an order the book does not
+	// hold (unknown, already filled, cancelled or expired).
+	ErrNotFound = errors.New("market: order not in book")
+	// ErrNotMaker is returned when anyone but an order's maker cancels it.
+	ErrNotMaker = errors.New("market: only the maker may cancel an order")
+)
+
+// DuplicateKeyError is returned when a maker's order reuses a ClientKey of
+// an order the book still knows; ID is that first order's ID. It wraps
+// ErrDuplicateKey.
+type DuplicateKeyError struct {
+	Maker, Key, ID string
+}
+
+func (e *DuplicateKeyError) Error() string {
+	return fmt.Sprintf("%v %q: already used by order %s", ErrDuplicateKey, e.Key, e.ID)
+}
+
+// Unwrap returns ErrDuplicateKey.
+func (e *DuplicateKeyError) Unwrap() error { return ErrDuplicateKey }
+
+// DefaultMemoryLimit is how many dead order IDs, and separately how many
+// applied fill IDs, a Book remembers at most (see WithMemoryLimit).
+const DefaultMemoryLimit = 1 << 20
+
+// fillMemory is how long a fill ID is remembered after the fill's time: any
+// order a fill touched has expired by then (MaxOrderTTL), so a replay can no
+// longer reduce a live order.
+const fillMemory = MaxOrderTTL + MaxClockSkew
+
+// freeEntries bounds the pool of recycled order entries.
+const freeEntries = 4096
+
+// BookOption configures a Book.
+type BookOption func(*Book) error
+
+// WithMemoryLimit caps the dead order IDs and the applied fill IDs a book
+// remembers (each; default DefaultMemoryLimit). Both are forgotten anyway
+// once a replay could do no harm (an order at its expiry; a fill a day after
+// its time); past the cap the ones nearest to that are forgotten first.
+func WithMemoryLimit(n int) BookOption {
+	return func(b *Book) error {
+		if n < 1 {
+			return fmt.Errorf("market: memory limit %d, want at least 1", n)
+		}
+		b.limit = n
+		return nil
+	}
+}
+
+// Book is one market's order book in one currency: the bids and asks this
+// replica has seen, in price-time priority, and the fills applied to them.
+//
+// Priority: better price first; at one price, this book's arrival order
+// (replicas may differ on arrival, which the maker's re-check on Take
+// settles). Every method is deterministic: the same calls in the same order
+// give the same book. A Book is not safe for concurrent use.
+//
+// Memory: each live order costs one entry (recycled); each filled or
+// cancelled order's ID is remembered until the order's own expiry, so a
+// gossip replay is refused (after expiry Validate refuses it); each applied
+// fill's ID until a day past its time, so a replayed fill changes nothing.
+// Both are capped by WithMemoryLimit and shed in Sweep.
+type Book struct {
+	market, currency string
+	limit            int
+
+	bids, asks bookSide
+	orders     map[string]*entry
+	keys       map[clientKey]string // live and remembered orders' client keys
+	expiry     []*entry             // min-heap by (exp, seq)
+	seq        uint64
+
+	tombs ttlMap[tomb]     // dead orders, and fills seen before their order
+	fills ttlMap[struct{}] // applied fill IDs
+
+	last    Fill // the latest applied fill by (Time, ID)
+	hasLast bool
+
+	free []*entry
+}
+
+type clientKey struct{ maker, key string }
+
+// entry is a resting order. The fields a match scan reads on every order it
+// passes over come first, to share a cache line.
+type entry struct {
+	exp       int64 // o.Expires in Unix nanoseconds
+	next      *entry
+	remaining uint32
+	hidx      int // index in Book.expiry
+	seq       uint64
+	lvl       *level
+	prev      *entry
+	o         Order
+}
+
+type level struct {
+	price      int64
+	qty        uint64 // sum of the orders' remaining quantity
+	n          int
+	head, tail *entry
+}
+
+// bookSide keeps its levels sorted worst first, so the best is last: the
+// busy end of the slice is its cheap end.
+type bookSide struct {
+	side   Side
+	levels []*level
+	free   []*level
+}
+
+type tombState uint8
+
+const (
+	tombCancelled tombState = 1 + iota
+	tombFilled
+	tombEarly // fills arrived before the order
+)
+
+type tomb struct {
+	state  tombState
+	side   Side
+	filled uint32 // tombEarly: quantity already filled
+	maker  string
+	key    string // the dead order's client key
+}
+
+// NewBook returns an empty book for market (a market key) priced in currency.
+func NewBook(market, currency string, opts ...BookOption) (*Book, error) {
+	if !ValidMarketKey(market) {
+		return nil, fmt.Errorf("%w: %q", ErrOrderMarket, market)
+	}
+	if _, err := LookupCurrency(currency); err != nil {
+		return nil, err
+	}
+	b := &Book{
+		market:   market,
+		currency: currency,
+		limit:    DefaultMemoryLimit,
+		bids:     bookSide{side: Bid},
+		asks:     bookSide{side: Ask},
+		orders:   make(map[string]*entry),
+		keys:     make(map[clientKey]string),
+		tombs:    newTTLMap[tomb](),
+		fills:    newTTLMap[struct{}](),
+	}
+	for _, opt := range opts {
+		if err := opt(b); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// Market returns the book's market key.
+func (b *Book) Market() string { return b.market }
+
+// Currency returns the book's currency code.
+func (b *Book) Currency() string { return b.currency }
+
+// Len returns the number of resting orders.
+func (b *Book) Len() int { return len(b.orders) }
+
+// Add rests an order. It validates the order against now and refuses one
+// the book holds or remembers as filled or cancelled (ErrDuplicate), a client
+// key the maker already used (*DuplicateKeyError), an immediate-or-cancel
+// order (ErrNotResting) and one for another book (ErrWrongBook). Fills seen
+// before the order arrived are deducted from it. Add never matches: a node
+// calls Match for its own orders first.
+//
+// The book keeps a copy of *o; slices in its Constraints are shared and must
+// not be modified afterwards.
+func (b *Book) Add(o *Order, now time.Time) error {
+	if o.ID == "" {
+		return fmt.Errorf("%w: no ID", ErrOrderSchema)
+	}
+	if o.Market != b.market || o.Currency != b.currency {
+		return fmt.Errorf("%w: order for %s in %s, book is %s in %s", ErrWrongBook, o.Market, o.Currency, b.market, b.currency)
+	}
+	if err := o.validate(now); err != nil {
+		return err
+	}
+	if o.TimeInForce == IOC {
+		return ErrNotResting
+	}
+	if _, ok := b.orders[o.ID]; ok {
+		return fmt.Errorf("%w: order %s is in the book", ErrDuplicate, o.ID)
+	}
+	var filled uint32
+	if t, _, ok := b.tombs.get(o.ID); ok {
+		if t.state != tombEarly {
+			return fmt.Errorf("%w: order %s was already filled or cancelled", ErrDuplicate, o.ID)
+		}
+		if t.side == o.Side && t.maker == o.Maker {
+			filled = t.filled
+		}
+	}
+	ck := clientKey{o.Maker, o.ClientKey}
+	if o.ClientKey != "" {
+		if id, ok := b.keys[ck]; ok {
+			return &DuplicateKeyError{Maker: o.Maker, Key: o.ClientKey, ID: id}
+		}
+	}
+	exp := o.Expires.UnixNano()
+	if filled >= o.Quantity {
+		b.bury(o.ID, exp, tomb{state: tombFilled, side: o.Side, maker: o.Maker, key: o.ClientKey})
+		return fmt.Errorf("%w: order %s was filled before it arrived", ErrDuplicate, o.ID)
+	}
+	if filled > 0 {
+		b.tombs.del(o.ID)
+	}
+	if o.ClientKey != "" {
+		b.keys[ck] = o.ID
+	}
+	e := b.newEntry()
+	e.o = *o
+	e.remaining = o.Quantity - filled
+	e.seq = b.seq
+	b.seq++
+	e.exp = exp
+	b.orders[o.ID] = e
+	b.sideOf(o.Side).insert(e)
+	b.pushExpiry(e)
+	return nil
+}
+
+// Cancel removes a resting order on its maker's behalf. Only maker may cancel
+// (ErrNotMaker); an order the book does not hold gives ErrNotFound. The ID
+// is remembered so a replay of the order is refused.
+func (b *Book) Cancel(id, maker string) error {
+	e, ok := b.orders[id]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if e.o.Maker != maker {
+		return fmt.Errorf("%w: order %s", ErrNotMaker, id)
+	}
+	b.kill(e, tombCancelled)
+	return nil
+}
+
+// Sweep removes every order that has expired by now and returns their IDs,
+// earliest expiry first. It also forgets dead order IDs and fill IDs whose
+// replay can no longer do harm.
+func (b *Book) Sweep(now time.Time) []string {
+	n := now.UnixNano()
+	var ids []string
+	for len(b.expiry) > 0 && b.expiry[0].exp <= n {
+		e := b.expiry[0]
+		ids = append(ids, e.o.ID)
+		if e.o.ClientKey != "" {
+			ck := clientKey{e.o.Maker, e.o.ClientKey}
+			if b.keys[ck] == e.o.ID {
+				delete(b.keys, ck)
+			}
+		}
+		b.remove(e)
+	}
+	b.shed(n)
+	return ids
+}
+
+// Level is one price level of one side: its price, the GPUs resting there
+// and the number of orders.
+type Level struct {
+	Price    int64
+	Quantity int
+	Orders   int
+}
+
+// Depth returns up to n price levels per side, best first (all of them when
+// n <= 0). Orders that have expired but not yet been swept are included.
+func (b *Book) Depth(n int) (bids, asks []Level) {
+	return b.bids.depth(n), b.asks.depth(n)
+}
+
+func (s *bookSide) depth(n int) []Level {
+	if n <= 0 || n > len(s.levels) {
+		n = len(s.levels)
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]Level, 0, n)
+	for i := len(s.levels) - 1; len(out) < n; i-- {
+		l := s.levels[i]
+		out = append(out, Level{Price: l.price, Quantity: int(l.qty), Orders: l.n})
+	}
+	return out
+}
+
+// BestBid returns the highest bid price; ok is false when there is no bid.
+func (b *Book) BestBid() (price int64, ok bool) { return b.bids.best() }
+
+// BestAsk returns the lowest ask price; ok is false when there is no ask.
+func (b *Book) BestAsk() (price int64, ok bool) { return b.asks.best() }
+
+// Spread returns best ask minus best bid; ok is false unless both exist. It
+// may be zero or negative: constraints, self-match prevention and post-only
+// orders can leave a book crossed.
+func (b *Book) Spread() (spread int64, ok bool) {
+	bid, ok1 := b.BestBid()
+	ask, ok2 := b.BestAsk()
+	if !ok1 || !ok2 {
+		return 0, false
+	}
+	return ask - bid, true
+}
+
+// Lookup returns a copy of a resting order and its remaining quantity.
+func (b *Book) Lookup(id string) (o Order, remaining uint32, ok bool) {
+	e, ok := b.orders[id]
+	if !ok {
+		return Order{}, 0, false
+	}
+	return e.o, e.remaining, true
+}
+
+// ClientKey returns the ID of the order the book knows (resting or
+// remembered) under maker's client key.
+func (b *Book) ClientKey(maker, key string) (id string, ok bool) {
+	id, ok = b.keys[clientKey{maker, key}]
+	return id, ok
+}
+
+// Orders yields one side's resting orders in priority order with their
+// remaining quantity. The book must not be changed while iterating.
+func (b *Book) Orders(side Side) iter.Seq2[Order, uint32] {
+	return func(yield func(Order, uint32) bool) {
+		s := b.sideOf(side)
+		for i := len(s.levels) - 1; i >= 0; i-- {
+			for e := s.levels[i].head; e != nil; e = e.next {
+				if !yield(e.o, e.remaining) {
+					return
+				}
+			}
+		}
+	}
+}
+
+func (b *Book) sideOf(s Side) *bookSide {
+	if s == Bid {
+		return &b.bids
+	}
+	return &b.asks
+}
+
+func (b *Book) newEntry() *entry {
+	if n := len(b.free); n > 0 {
+		e := b.free[n-1]
+		b.free = b.free[:n-1]
+		return e
+	}
+	return new(entry)
+}
+
+// remove takes e out of the book and recycles it.
+func (b *Book) remove(e *entry) {
+	b.sideOf(e.o.Side).unlink(e)
+	b.removeExpiry(e)
+	delete(b.orders, e.o.ID)
+	*e = entry{}
+	if len(b.free) < freeEntries {
+		b.free = append(b.free, e)
+	}
+}
+
+// kill removes e and remembers its ID (and client key) until its expiry.
+func (b *Book) kill(e *entry, state tombState) {
+	id, exp := e.o.ID, e.exp
+	t := tomb{state: state, side: e.o.Side, maker: e.o.Maker, key: e.o.ClientKey}
+	b.remove(e)
+	b.bury(id, exp, t)
+}
+
+func (b *Book) bury(id string, exp int64, t tomb) {
+	b.tombs.put(id, exp, t)
+	if t.key != "" {
+		b.keys[clientKey{t.maker, t.key}] = id
+	}
+	b.shed(minTime)
+}
+
+const minTime = -1 << 63
+
+// shed forgets tombs and fill IDs expired by now, and any over the limit.
+func (b *Book) shed(now int64) {
+	for {
+		id, t, ok := b.tombs.pop(now, b.limit)
+		if !ok {
+			break
+		}
+		if t.key != "" {
+			ck := clientKey{t.maker, t.key}
+			if b.keys[ck] == id {
+				delete(b.keys, ck)
+			}
+		}
+	}
+	for {
+		if _, _, ok := b.fills.pop(now, b.limit); !ok {
+			break
+		}
+	}
+}
+
+// insert appends e to the FIFO of its price level, creating the level.
+func (s *bookSide) insert(e *entry) {
+	i, found := s.search(e.o.Price)
+	var l *level
+	if found {
+		l = s.levels[i]
+	} else {
+		if n := len(s.free); n > 0 {
+			l = s.free[n-1]
+			s.free = s.free[:n-1]
+		} else {
+			l = new(level)
+		}
+		l.price = e.o.Price
+		s.levels = append(s.levels, nil)
+		copy(s.levels[i+1:], s.levels[i:])
+		s.levels[i] = l
+	}
+	e.lvl = l
+	e.next = nil
+	e.prev = l.tail
+	if l.tail != nil {
+		l.tail.next = e
+	} else {
+		l.head = e
+	}
+	l.tail = e
+	l.n++
+	l.qty += uint64(e.remaining)
+}
+
+// unlink takes e out of its level, dropping the level when it empties.
+func (s *bookSide) unlink(e *entry) {
+	l := e.lvl
+	if e.prev != nil {
+		e.prev.next = e.next
+	} else {
+		l.head = e.next
+	}
+	if e.next != nil {
+		e.next.prev = e.prev
+	} else {
+		l.tail = e.prev
+	}
+	l.n--
+	l.qty -= uint64(e.remaining)
+	e.prev, e.next, e.lvl = nil, nil, nil
+	if l.n > 0 {
+		return
+	}
+	i, _ := s.search(l.price)
+	copy(s.levels[i:], s.levels[i+1:])
+	s.levels[len(s.levels)-1] = nil
+	s.levels = s.levels[:len(s.levels)-1]
+	*l = level{}
+	if len(s.free) < freeEntries {
+		s.free = append(s.free, l)
+	}
+}
+
+// better reports whether price a has priority over price b on this side.
+func (s *bookSide) better(a, b int64) bool {
+	if s.side == Bid {
+		return a > b
+	}
+	return a < b
+}
+
+// search returns the index of price's level, or where it would be inserted.
+func (s *bookSide) search(price int64) (int, bool) {
+	lo, hi := 0, len(s.levels)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if s.better(price, s.levels[m].price) {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo, lo < len(s.levels) && s.levels[lo].price == price
+}
+
+func (s *bookSide) best() (int64, bool) {
+	if len(s.levels) == 0 {
+		return 0, false
+	}
+	return s.levels[len(s.levels)-1].price, true
+}
+
+// The expiry heap: live orders by (exp, seq).
+
+func expiresBefore(a, b *entry) bool {
+	return a.exp < b.exp || (a.exp == b.exp && a.seq < b.seq)
+}
+
+func (b *Book) pushExpiry(e *entry) {
+	e.hidx = len(b.expiry)
+	b.expiry = append(b.expiry, e)
+	b.siftUp(e.hidx)
+}
+
+func (b *Book) removeExpiry(e *entry) {
+	h := b.expiry
+	i, last := e.hidx, len(h)-1
+	if i != last {
+		h[i] = h[last]
+		h[i].hidx = i
+	}
+	h[last] = nil
+	b.expiry = h[:last]
+	if i != last {
+		b.siftDown(i)
+		b.siftUp(i)
+	}
+}
+
+func (b *Book) siftUp(i int) {
+	h := b.expiry
+	for i > 0 {
+		p := (i - 1) / 2
+		if !expiresBefore(h[i], h[p]) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		h[i].hidx, h[p].hidx = i, p
+		i = p
+	}
+}
+
+func (b *Book) siftDown(i int) {
+	h := b.expiry
+	for {
+		c := 2*i + 1
+		if c >= len(h) {
+			return
+		}
+		if r := c + 1; r < len(h) && expiresBefore(h[r], h[c]) {
+			c = r
+		}
+		if !expiresBefore(h[c], h[i]) {
+			return
+		}
+		h[i], h[c] = h[c], h[i]
+		h[i].hidx, h[c].hidx = i, c
+		i = c
+	}
+}
+
+// ttlMap is a map of IDs to values that forgets each at its expiry, or
+// earliest expiry first once over a limit. Deletes and overwrites leave
+// stale heap items that are skipped when they surface.
+type ttlMap[V any] struct {
+	m map[string]ttlValue[V]
+	h []ttlItem // min-heap by (exp, id)
+}
+
+type ttlValue[V any] struct {
+	exp int64
+	v   V
+}
+
+type ttlItem struct {
+	exp int64
+	id  string
+}
+
+func newTTLMap[V any]() ttlMap[V] { return ttlMap[V]{m: make(map[string]ttlValue[V])} }
+
+func (t *ttlMap[V]) get(id string) (V, int64, bool) {
+	x, ok := t.m[id]
+	return x.v, x.exp, ok
+}
+
+func (t *ttlMap[V]) put(id string, exp int64, v V) {
+	old, had := t.m[id]
+	t.m[id] = ttlValue[V]{exp, v}
+	if had && old.exp == exp {
+		return
+	}
+	if len(t.h) > 2*len(t.m)+1024 {
+		t.rebuild()
+		return
+	}
+	t.h = append(t.h, ttlItem{exp, id})
+	t.up(len(t.h) - 1)
+}
+
+func (t *ttlMap[V]) del(id string) { delete(t.m, id) }
+
+func (t *ttlMap[V]) len() int { return len(t.m) }
+
+// pop forgets and returns the earliest entry if it expired by now or the
+// map holds more than limit entries.
+func (t *ttlMap[V]) pop(now int64, limit int) (string, V, bool) {
+	for len(t.h) > 0 {
+		top := t.h[0]
+		x, ok := t.m[top.id]
+		if ok && x.exp == top.exp && top.exp > now && len(t.m) <= limit {
+			break
+		}
+		t.popTop()
+		if ok && x.exp == top.exp {
+			delete(t.m, top.id)
+			return top.id, x.v, true
+		}
+	}
+	var zero V
+	return "", zero, false
+}
+
+func (t *ttlMap[V]) rebuild() {
+	t.h = t.h[:0]
+	for id, x := range t.m {
+		t.h = append(t.h, ttlItem{x.exp, id})
+	}
+	for i := len(t.h)/2 - 1; i >= 0; i-- {
+		t.down(i)
+	}
+}
+
+func ttlLess(a, b ttlItem) bool { return a.exp < b.exp || (a.exp == b.exp && a.id < b.id) }
+
+func (t *ttlMap[V]) popTop() {
+	last := len(t.h) - 1
+	t.h[0] = t.h[last]
+	t.h[last] = ttlItem{}
+	t.h = t.h[:last]
+	if last > 0 {
+		t.down(0)
+	}
+}
+
+func (t *ttlMap[V]) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !ttlLess(t.h[i], t.h[p]) {
+			return
+		}
+		t.h[i], t.h[p] = t.h[p], t.h[i]
+		i = p
+	}
+}
+
+func (t *ttlMap[V]) down(i int) {
+	for {
+		c := 2*i + 1
+		if c >= len(t.h) {
+			return
+		}
+		if r := c + 1; r < len(t.h) && ttlLess(t.h[r], t.h[c]) {
+			c = r
+		}
+		if !ttlLess(t.h[c], t.h[i]) {
+			return
+		}
+		t.h[i], t.h[c] = t.h[c], t.h[i]
+		i = c
+	}
+}
