@@ -24,6 +24,19 @@ type API interface {
 	Offers(ctx context.Context, q OfferQuery) ([]OfferView, error)
 	// Peers lists connected peers.
 	Peers(ctx context.Context) ([]PeerView, error)
+
+	// PlaceOrder signs and places a bid or ask, taking what it crosses.
+	PlaceOrder(ctx context.Context, req OrderRequest) (OrderView, error)
+	// Order is one of this node's orders and its fills.
+	Order(ctx context.Context, id string) (OrderView, error)
+	// Orders lists this node's orders, newest first.
+	Orders(ctx context.Context) ([]OrderView, error)
+	// CancelOrder withdraws one of this node's resting orders.
+	CancelOrder(ctx context.Context, id string) (OrderView, error)
+	// Book is a market's depth, spread, spot price and index in a currency.
+	Book(ctx context.Context, market, currency string) (BookView, error)
+	// Trades are a market's recent fills, newest first.
+	Trades(ctx context.Context, market string) ([]TradeView, error)
 }
 
 // IDInfo identifies a node. Addrs are full multiaddrs ending in /p2p/<id>.

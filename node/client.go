@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -83,14 +84,63 @@ func (c *Client) Offers(ctx context.Context, q OfferQuery) (v []OfferView, err e
 	return v, c.get(ctx, "/offers", p, &v)
 }
 
+// PlaceOrder implements API.
+func (c *Client) PlaceOrder(ctx context.Context, r OrderRequest) (v OrderView, err error) {
+	body, err := json.Marshal(r)
+	if err != nil {
+		return v, err
+	}
+	return v, c.do(ctx, http.MethodPost, "/orders", nil, body, &v)
+}
+
+// Order implements API.
+func (c *Client) Order(ctx context.Context, id string) (v OrderView, err error) {
+	return v, c.get(ctx, "/orders/"+url.PathEscape(id), nil, &v)
+}
+
+// Orders implements API.
+func (c *Client) Orders(ctx context.Context) (v []OrderView, err error) {
+	return v, c.get(ctx, "/orders", nil, &v)
+}
+
+// CancelOrder implements API.
+func (c *Client) CancelOrder(ctx context.Context, id string) (v OrderView, err error) {
+	return v, c.do(ctx, http.MethodDelete, "/orders/"+url.PathEscape(id), nil, nil, &v)
+}
+
+// Book implements API.
+func (c *Client) Book(ctx context.Context, mkt, currency string) (v BookView, err error) {
+	q := url.Values{}
+	if currency != "" {
+		q.Set("currency", currency)
+	}
+	return v, c.get(ctx, "/book/"+url.PathEscape(mkt), q, &v)
+}
+
+// Trades implements API.
+func (c *Client) Trades(ctx context.Context, mkt string) (v []TradeView, err error) {
+	return v, c.get(ctx, "/trades/"+url.PathEscape(mkt), nil, &v)
+}
+
 func (c *Client) get(ctx context.Context, path string, q url.Values, out any) error {
+	return c.do(ctx, http.MethodGet, path, q, nil, out)
+}
+
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, body []byte, out any) error {
 	u := c.base + apiPrefix + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
 		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	resp, err := c.hc.Do(req)
@@ -98,22 +148,24 @@ func (c *Client) get(ctx context.Context, path string, q url.Values, out any) er
 		return fmt.Errorf("node: daemon API: %w (is the daemon still running?)", err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	respBody, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return err
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e apiError
-		if json.Unmarshal(body, &e) != nil || e.Error == "" {
+		if json.Unmarshal(respBody, &e) != nil || e.Error == "" {
 			return fmt.Errorf("node: daemon API %s: %s", path, resp.Status)
 		}
 		switch {
 		case e.BadRequest:
 			return &userError{msg: e.Error}
+		case e.UnknownOrder:
+			return fmt.Errorf("%w: %s", ErrUnknownOrder, strings.TrimPrefix(e.Error, ErrUnknownOrder.Error()+": "))
 		case e.NoGPU:
 			return fmt.Errorf("%w: %s", ErrNoGPUs, strings.TrimPrefix(e.Error, ErrNoGPUs.Error()+": "))
 		}
 		return fmt.Errorf("node: daemon: %s", e.Error)
 	}
-	return json.Unmarshal(body, out)
+	return json.Unmarshal(respBody, out)
 }

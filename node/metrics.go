@@ -18,6 +18,8 @@ type metrics struct {
 	published prometheus.Counter
 	found     prometheus.Counter
 	rejects   *prometheus.CounterVec
+	orders    prometheus.Counter
+	fills     prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -48,8 +50,14 @@ func newMetrics() *metrics {
 		rejects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "suanli_validation_rejects_total", Help: "Signed objects refused, by kind and reason.",
 		}, []string{"kind", "reason"}),
+		orders: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "suanli_book_orders_total", Help: "Orders added to this node's book replicas.",
+		}),
+		fills: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "suanli_book_fills_total", Help: "Doubly-signed fills applied to this node's book replicas.",
+		}),
 	}
-	m.reg.MustRegister(m.util, m.memUsed, m.temp, m.power, m.energy, m.published, m.found, m.rejects,
+	m.reg.MustRegister(m.orders, m.fills, m.util, m.memUsed, m.temp, m.power, m.energy, m.published, m.found, m.rejects,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

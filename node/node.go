@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -39,6 +40,7 @@ type options struct {
 	price      string
 	currency   string
 	offerTTL   time.Duration
+	billing    time.Duration
 	client     bool
 	logger     *slog.Logger
 	now        func() time.Time
@@ -157,6 +159,18 @@ func WithOfferTTL(d time.Duration) Option {
 	}
 }
 
+// WithBillingInterval sets how often a provider meters leases and sends
+// receipts, and so the billing interval of the leases it signs. Default 60 s.
+func WithBillingInterval(d time.Duration) Option {
+	return func(o *options) error {
+		if d < time.Second || d > time.Hour {
+			return fmt.Errorf("node: billing interval %s out of range 1s..1h", d)
+		}
+		o.billing = d
+		return nil
+	}
+}
+
 // WithDHTClient runs the DHT in client mode: for short-lived processes that
 // should not hold records for others.
 func WithDHTClient() Option {
@@ -192,12 +206,24 @@ type Node struct {
 	metrics  *metrics
 	api      *apiServer
 
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
 
 	mu        sync.Mutex
 	published *proto.Offer // last offer successfully published
+
+	ps              *pubsub.PubSub
+	books           *books
+	billingInterval time.Duration
+	tradeMu         sync.Mutex        // guards pending and GPU choice; never held across the network
+	pending         map[string]uint32 // order ID → GPUs in takes awaiting an answer
+	ownMu           sync.Mutex
+	own             map[string]*ownOrder
+	offerMu         sync.Mutex
+	offerCache      map[peer.ID]*proto.Offer
 }
 
 var _ API = (*Node)(nil)
@@ -206,7 +232,7 @@ var _ API = (*Node)(nil)
 // joining the network and (with GPUs) publishing offers in the background.
 // Close stops everything.
 func New(opts ...Option) (_ *Node, err error) {
-	o := options{offerTTL: time.Hour, now: time.Now}
+	o := options{offerTTL: time.Hour, billing: time.Minute, now: time.Now}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, err
@@ -218,24 +244,41 @@ func New(opts ...Option) (_ *Node, err error) {
 	if o.logger == nil {
 		o.logger = slog.Default()
 	}
+	if o.autoInit {
+		if err := os.MkdirAll(o.repo, 0o700); err != nil {
+			return nil, fmt.Errorf("node: create repo: %w", err)
+		}
+	} else if !IsInitialized(o.repo) {
+		return nil, fmt.Errorf("%w at %s: run `suanli init`", ErrNotInitialized, o.repo)
+	}
+	// Lock before anything else: two daemons starting at once on a fresh
+	// repo must not both initialize it.
+	lock, err := lockRepo(o.repo)
+	if err != nil {
+		return nil, err
+	}
 	if o.autoInit && !IsInitialized(o.repo) {
 		if _, err := InitRepo(o.repo, DefaultConfig(), o.passphrase); err != nil {
+			lock.Close()
 			return nil, err
 		}
 	}
 	cfg, err := LoadConfig(o.repo)
 	if err != nil {
+		lock.Close()
 		return nil, err
 	}
-	n := &Node{repo: o.repo, now: o.now, offerTTL: o.offerTTL, log: o.logger.With("node", filepath.Base(o.repo))}
+	n := &Node{
+		lock: lock,
+		repo: o.repo, now: o.now, offerTTL: o.offerTTL, billingInterval: o.billing,
+		log:   o.logger.With("node", filepath.Base(o.repo)),
+		books: newBooks(), own: map[string]*ownOrder{}, pending: map[string]uint32{}, offerCache: map[peer.ID]*proto.Offer{},
+	}
 	defer func() {
 		if err != nil {
 			n.Close()
 		}
 	}()
-	if n.lock, err = lockRepo(o.repo); err != nil {
-		return nil, err
-	}
 	if n.key, err = LoadKey(o.repo, o.passphrase); err != nil {
 		return nil, err
 	}
@@ -280,6 +323,13 @@ func New(opts ...Option) (_ *Node, err error) {
 	n.metrics.watch(n)
 
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	if n.ps, err = p2p.NewPubSub(n.ctx, n.host); err != nil {
+		return nil, err
+	}
+	p2p.HandleTakes(n.host, n.handleTake)
+	p2p.HandleSync(n.host, n.syncAnswer)
+	n.wg.Add(1)
+	go n.crossLoop()
 	if apiAddr != "" {
 		if n.api, err = startAPI(n, apiAddr); err != nil {
 			return nil, err
@@ -318,39 +368,45 @@ func (n *Node) openGPUs(o options, cfg Config) {
 }
 
 // Close stops the node: API, background work, DHT, host, GPUs, store, lock.
-// The api file is removed. Close is safe to call more than once.
+// The api file is removed. Close is safe to call more than once; fields
+// stay set, so a stream handler still running meets closed resources (and
+// errors), never nil ones.
 func (n *Node) Close() error {
-	var errs []error
-	if n.api != nil {
-		errs = append(errs, n.api.close())
-		n.api = nil
-	}
-	if n.cancel != nil {
-		n.cancel()
+	n.closeOnce.Do(func() {
+		var errs []error
+		if n.api != nil {
+			errs = append(errs, n.api.close())
+		}
+		if n.cancel != nil {
+			n.cancel()
+		}
+		if n.host != nil {
+			// Stop accepting streams before waiting for the workers.
+			n.host.RemoveStreamHandler(p2p.TradeProtocol)
+			n.host.RemoveStreamHandler(p2p.SyncProtocol)
+		}
 		n.wg.Wait()
-		n.cancel = nil
-	}
-	if n.dht != nil {
-		errs = append(errs, n.dht.Close())
-		n.dht = nil
-	}
-	if n.host != nil {
-		errs = append(errs, n.host.Close())
-		n.host = nil
-	}
-	if n.gpus != nil {
-		errs = append(errs, n.gpus.Close())
-		n.gpus = nil
-	}
-	if n.store != nil {
-		errs = append(errs, n.store.Close())
-		n.store = nil
-	}
-	if n.lock != nil {
-		errs = append(errs, n.lock.Close())
-		n.lock = nil
-	}
-	return errors.Join(errs...)
+		if n.dht != nil {
+			errs = append(errs, n.dht.Close())
+		}
+		if n.host != nil {
+			errs = append(errs, n.host.Close())
+		}
+		// Trades in flight hold tradeMu: let them finish before the store goes.
+		n.tradeMu.Lock()
+		if n.gpus != nil {
+			errs = append(errs, n.gpus.Close())
+		}
+		if n.store != nil {
+			errs = append(errs, n.store.Close())
+		}
+		n.tradeMu.Unlock()
+		if n.lock != nil {
+			errs = append(errs, n.lock.Close())
+		}
+		n.closeErr = errors.Join(errs...)
+	})
+	return n.closeErr
 }
 
 // PeerID is the node's identity.
@@ -451,10 +507,7 @@ func cmpOr(vals ...string) string {
 	return ""
 }
 
-func shortID(p peer.ID) string {
-	s := p.String()
-	if len(s) > 8 {
-		return s[len(s)-8:]
-	}
-	return s
-}
+func shortID(p peer.ID) string { return short(p.String()) }
+
+// Repo is the node's repo directory.
+func (n *Node) Repo() string { return n.repo }

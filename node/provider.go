@@ -122,9 +122,19 @@ func (n *Node) Publish(ctx context.Context) error {
 		return err
 	}
 	n.mu.Lock()
+	first := n.published == nil
 	n.published = o
 	n.mu.Unlock()
 	n.metrics.published.Inc()
+	if first {
+		// A provider replicates the books of the markets it serves, so it
+		// can ask and can take the bids that cross its asks.
+		for _, m := range markets {
+			if err := n.JoinMarket(ctx, m); err != nil {
+				n.log.Warn("joining market failed", "market", m, "err", err)
+			}
+		}
+	}
 	n.log.Info("offer published", "seq", o.Seq, "gpus", len(o.Gpus), "markets", markets,
 		"price", n.price.String(), "expires", time.UnixMilli(o.ExpiresUnixMs).UTC().Format(time.RFC3339))
 	return nil

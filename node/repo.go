@@ -165,6 +165,12 @@ func ReadAPIEndpoint(dir string) (APIEndpoint, error) {
 	if err != nil {
 		return APIEndpoint{}, err
 	}
+	// A daemon killed with -9 leaves its api file behind; it no longer
+	// holds the repo lock, so the lock tells a live daemon from a dead one.
+	if f, err := lockRepo(dir); err == nil {
+		f.Close()
+		return APIEndpoint{}, fmt.Errorf("%w on repo %s (stale api file from a daemon that exited): start one with `suanli daemon`", ErrNoDaemon, dir)
+	}
 	tok, err := os.ReadFile(filepath.Join(dir, apiTokenFile))
 	if err != nil {
 		return APIEndpoint{}, fmt.Errorf("node: read api token: %w", err)

@@ -84,6 +84,26 @@ func startAPI(n *Node, addr string) (*apiServer, error) {
 		}
 		return n.Offers(r.Context(), q)
 	}))
+	mux.HandleFunc("POST "+apiPrefix+"/orders", s.auth(func(r *http.Request) (any, error) {
+		var req OrderRequest
+		if err := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 64<<10)).Decode(&req); err != nil {
+			return nil, badRequest("order request: %v", err)
+		}
+		return n.PlaceOrder(r.Context(), req)
+	}))
+	mux.HandleFunc("GET "+apiPrefix+"/orders", s.auth(func(r *http.Request) (any, error) { return n.Orders(r.Context()) }))
+	mux.HandleFunc("GET "+apiPrefix+"/orders/{id}", s.auth(func(r *http.Request) (any, error) {
+		return n.Order(r.Context(), r.PathValue("id"))
+	}))
+	mux.HandleFunc("DELETE "+apiPrefix+"/orders/{id}", s.auth(func(r *http.Request) (any, error) {
+		return n.CancelOrder(r.Context(), r.PathValue("id"))
+	}))
+	mux.HandleFunc("GET "+apiPrefix+"/book/{market}", s.auth(func(r *http.Request) (any, error) {
+		return n.Book(r.Context(), r.PathValue("market"), r.URL.Query().Get("currency"))
+	}))
+	mux.HandleFunc("GET "+apiPrefix+"/trades/{market}", s.auth(func(r *http.Request) (any, error) {
+		return n.Trades(r.Context(), r.PathValue("market"))
+	}))
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	if err := writeFileAtomic(filepath.Join(n.repo, apiTokenFile), []byte(s.token+"\n"), 0o600); err != nil {
 		ln.Close()
@@ -106,8 +126,8 @@ func (s *apiServer) close() error {
 
 func (s *apiServer) auth(h func(*http.Request) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) != 1 {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) != 1 {
 			writeJSON(w, http.StatusUnauthorized, apiError{Error: "missing or wrong API token (see <repo>/api.token)"})
 			return
 		}
@@ -119,10 +139,13 @@ func (s *apiServer) auth(h func(*http.Request) (any, error)) http.HandlerFunc {
 				status = http.StatusBadRequest
 			case errors.Is(err, ErrNoGPUs):
 				status = http.StatusNotFound
+			case errors.Is(err, ErrUnknownOrder):
+				status = http.StatusNotFound
 			case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 				status = http.StatusGatewayTimeout
 			}
-			writeJSON(w, status, apiError{Error: err.Error(), BadRequest: status == http.StatusBadRequest, NoGPU: errors.Is(err, ErrNoGPUs)})
+			writeJSON(w, status, apiError{Error: err.Error(), BadRequest: status == http.StatusBadRequest,
+				NoGPU: errors.Is(err, ErrNoGPUs), UnknownOrder: errors.Is(err, ErrUnknownOrder)})
 			return
 		}
 		writeJSON(w, http.StatusOK, v)
@@ -130,9 +153,10 @@ func (s *apiServer) auth(h func(*http.Request) (any, error)) http.HandlerFunc {
 }
 
 type apiError struct {
-	Error      string `json:"error"`
-	BadRequest bool   `json:"bad_request,omitempty"`
-	NoGPU      bool   `json:"no_gpu,omitempty"`
+	Error        string `json:"error"`
+	BadRequest   bool   `json:"bad_request,omitempty"`
+	NoGPU        bool   `json:"no_gpu,omitempty"`
+	UnknownOrder bool   `json:"unknown_order,omitempty"`
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
 	"github.com/libp2p/go-libp2p/core/peer"
+	gproto "google.golang.org/protobuf/proto"
+
+	"github.com/suanli/suanli/proto"
 )
 
 // store is the node's Badger datastore. Keys:
@@ -106,3 +110,112 @@ func (b badgerLogger) Errorf(f string, a ...any)   { b.l.Error(fmt.Sprintf(f, a.
 func (b badgerLogger) Warningf(f string, a ...any) { b.l.Warn(fmt.Sprintf(f, a...)) }
 func (b badgerLogger) Infof(f string, a ...any)    { b.l.Debug(fmt.Sprintf(f, a...)) }
 func (b badgerLogger) Debugf(f string, a ...any)   { b.l.Debug(fmt.Sprintf(f, a...)) }
+
+// Trade keys:
+//
+//	fill/<unix-ms BE>/<fill id>   a doubly-signed fill (proto.Fill)
+//	lease/<lease id>              a lease this node is party to (proto.Lease)
+//	gpu/<uuid>                    reservation: lease id and end (unix ms)
+
+func (s *store) putFill(id string, at time.Time, f *proto.Fill) error {
+	b, err := gproto.Marshal(f)
+	if err != nil {
+		return err
+	}
+	key := binary.BigEndian.AppendUint64([]byte("fill/"), uint64(at.UnixMilli()))
+	key = append(append(key, '/'), id...)
+	return s.db.Update(func(txn *badger.Txn) error { return txn.Set(key, b) })
+}
+
+// putLease persists a lease with a synced write: a lease is money.
+func (s *store) putLease(l *proto.Lease) error {
+	b, err := gproto.Marshal(l)
+	if err != nil {
+		return err
+	}
+	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set([]byte("lease/"+l.Id), b) }); err != nil {
+		return err
+	}
+	return s.db.Sync()
+}
+
+// reserveGPUs marks GPUs as held by a lease until end, in one transaction:
+// if any is already held by another live lease, none is reserved.
+func (s *store) reserveGPUs(uuids []string, lease string, end time.Time) error {
+	now := time.Now().UnixMilli()
+	err := s.db.Update(func(txn *badger.Txn) error {
+		for _, u := range uuids {
+			item, err := txn.Get([]byte("gpu/" + u))
+			if err == nil {
+				var held string
+				var until int64
+				if err := item.Value(func(v []byte) error {
+					held, until = decodeReservation(v)
+					return nil
+				}); err != nil {
+					return err
+				}
+				if until > now && held != lease {
+					return fmt.Errorf("node: GPU %s is leased (%s)", u, held)
+				}
+			} else if !errors.Is(err, badger.ErrKeyNotFound) {
+				return err
+			}
+			v := binary.BigEndian.AppendUint64(nil, uint64(end.UnixMilli()))
+			if err := txn.Set([]byte("gpu/"+u), append(v, lease...)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return s.db.Sync()
+}
+
+func (s *store) releaseGPUs(uuids []string, lease string) {
+	s.db.Update(func(txn *badger.Txn) error {
+		for _, u := range uuids {
+			item, err := txn.Get([]byte("gpu/" + u))
+			if err != nil {
+				continue
+			}
+			var held string
+			item.Value(func(v []byte) error { held, _ = decodeReservation(v); return nil })
+			if held == lease {
+				txn.Delete([]byte("gpu/" + u))
+			}
+		}
+		return nil
+	})
+}
+
+// reservedGPUs lists GPUs held by a lease that has not ended by now.
+func (s *store) reservedGPUs(now time.Time) (map[string]bool, error) {
+	out := map[string]bool{}
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte("gpu/"), PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			if err := item.Value(func(v []byte) error {
+				if _, until := decodeReservation(v); until > now.UnixMilli() {
+					out[string(item.Key()[len("gpu/"):])] = true
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+func decodeReservation(v []byte) (lease string, until int64) {
+	if len(v) < 8 {
+		return "", 0
+	}
+	return string(v[8:]), int64(binary.BigEndian.Uint64(v[:8]))
+}

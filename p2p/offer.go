@@ -9,17 +9,26 @@ import (
 	record2 "github.com/libp2p/go-libp2p-record"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/core/record"
 
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/proto"
 )
 
-// Reasons a signed offer is refused before the market rules look at it.
+// Reasons a signed object is refused before the market rules look at it.
 var (
-	ErrOfferTooLarge = errors.New("p2p: offer record too large")
-	ErrOfferEnvelope = errors.New("p2p: offer envelope invalid")
-	ErrOfferSigner   = errors.New("p2p: offer signed by another peer")
+	// ErrTooLarge is returned when an envelope exceeds its kind's size limit.
+	ErrTooLarge = errors.New("p2p: signed object too large")
+	// ErrEnvelope is returned when bytes are not a valid signed envelope of
+	// the expected kind: malformed, bad signature, other domain or type.
+	ErrEnvelope = errors.New("p2p: envelope invalid")
+	// ErrSigner is returned when an object is signed by a peer other than
+	// the one it names (an offer's provider, an order's maker...).
+	ErrSigner = errors.New("p2p: signed by the wrong peer")
+
+	// Offer-specific names kept for readability at call sites.
+	ErrOfferTooLarge = ErrTooLarge
+	ErrOfferEnvelope = ErrEnvelope
+	ErrOfferSigner   = ErrSigner
 )
 
 // RejectReason is a short label for why an offer was refused, for metrics.
@@ -40,46 +49,24 @@ func RejectReason(err error) string {
 // SealOffer signs an offer with the provider's key into a libp2p signed
 // envelope and returns the envelope bytes, the exact bytes that travel.
 func SealOffer(key crypto.PrivKey, o *proto.Offer) ([]byte, error) {
-	env, err := record.Seal(&proto.OfferRecord{Offer: o}, key)
-	if err != nil {
-		return nil, fmt.Errorf("p2p: seal offer: %w", err)
-	}
-	b, err := env.Marshal()
-	if err != nil {
-		return nil, fmt.Errorf("p2p: marshal offer envelope: %w", err)
-	}
-	if len(b) > proto.MaxOfferSize {
-		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrOfferTooLarge, len(b), proto.MaxOfferSize)
-	}
-	return b, nil
+	return Seal(key, o, proto.MaxOfferSize)
 }
 
 // OpenOffer verifies a sealed offer: size, envelope signature over the very
 // bytes received, signer = provider field, then the market's rules at now.
 // It returns the offer and its signer.
 func OpenOffer(b []byte, now time.Time) (*proto.Offer, peer.ID, error) {
-	if len(b) > proto.MaxOfferSize {
-		return nil, "", fmt.Errorf("%w: %d bytes, limit %d", ErrOfferTooLarge, len(b), proto.MaxOfferSize)
-	}
-	env, rec, err := record.ConsumeEnvelope(b, proto.OfferDomain)
+	o, signer, err := Open[*proto.Offer](b, proto.MaxOfferSize)
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: %v", ErrOfferEnvelope, err)
-	}
-	or, ok := rec.(*proto.OfferRecord)
-	if !ok || or.Offer == nil {
-		return nil, "", fmt.Errorf("%w: payload is %T, not an offer", ErrOfferEnvelope, rec)
-	}
-	signer, err := peer.IDFromPublicKey(env.PublicKey)
-	if err != nil {
-		return nil, "", fmt.Errorf("%w: signer key: %v", ErrOfferEnvelope, err)
-	}
-	if !bytes.Equal(or.Offer.Provider, []byte(signer)) {
-		return nil, "", fmt.Errorf("%w: provider field is not the signer %s", ErrOfferSigner, signer)
-	}
-	if err := market.ValidateOffer(or.Offer, now); err != nil {
 		return nil, "", err
 	}
-	return or.Offer, signer, nil
+	if !bytes.Equal(o.Provider, []byte(signer)) {
+		return nil, "", fmt.Errorf("%w: provider field is not the signer %s", ErrOfferSigner, signer)
+	}
+	if err := market.ValidateOffer(o, now); err != nil {
+		return nil, "", err
+	}
+	return o, signer, nil
 }
 
 // OfferValidator is the DHT record validator of the /suanli-offer/ namespace.

@@ -1,8 +1,10 @@
 // Package proto holds Suanli's wire schemas (protobuf), the signed-envelope
 // domains and payload types of every signed object, and CID and DHT-key helpers.
 //
-// Files: offer.proto and its generated offer.pb.go (the schemas); envelope.go
-// (record types for libp2p signed envelopes); names.go (CIDs and DHT keys).
+// Files: offer.proto and book.proto with their generated .pb.go (the
+// schemas); envelope.go (the record type that puts any signed kind into a
+// libp2p signed envelope, with its domain and payload type); names.go (CIDs
+// and DHT keys).
 package proto
 
 import (
@@ -13,48 +15,92 @@ import (
 	gproto "google.golang.org/protobuf/proto"
 )
 
-// Envelope domains and payload types. A domain is mixed into every signature,
-// so an offer signature can never be replayed as another kind of object.
+// Envelope domains. A domain is mixed into every signature, so a signature
+// over one kind of object can never be replayed as another.
 const (
-	OfferDomain = "suanli-offer"
+	OfferDomain  = "suanli-offer"
+	OrderDomain  = "suanli-order"
+	CancelDomain = "suanli-cancel"
+	TakeDomain   = "suanli-take"
+	AcceptDomain = "suanli-accept"
+	RejectDomain = "suanli-reject"
 )
 
-// OfferCodec is the payload type of a sealed Offer.
-var OfferCodec = []byte("/suanli/offer/1")
+// Payload types, one per kind.
+var (
+	OfferCodec  = []byte("/suanli/offer/1")
+	OrderCodec  = []byte("/suanli/order/1")
+	CancelCodec = []byte("/suanli/cancel/1")
+	TakeCodec   = []byte("/suanli/take/1")
+	AcceptCodec = []byte("/suanli/accept/1")
+	RejectCodec = []byte("/suanli/reject/1")
+)
 
-// MaxOfferSize bounds a sealed offer envelope; larger records are refused.
-const MaxOfferSize = 64 << 10
+// Size limits of sealed envelopes; larger ones are refused unread.
+const (
+	MaxOfferSize = 64 << 10
+	// MaxBookMessageSize bounds anything on a book topic or trade stream.
+	MaxBookMessageSize = 16 << 10
+)
+
+// Signed is a message kind that travels in a signed envelope.
+type Signed interface {
+	gproto.Message
+	// EnvelopeDomain is the signature domain of the kind.
+	EnvelopeDomain() string
+	// EnvelopeCodec is the envelope payload type of the kind.
+	EnvelopeCodec() []byte
+}
+
+func (*Offer) EnvelopeDomain() string  { return OfferDomain }
+func (*Offer) EnvelopeCodec() []byte   { return OfferCodec }
+func (*Order) EnvelopeDomain() string  { return OrderDomain }
+func (*Order) EnvelopeCodec() []byte   { return OrderCodec }
+func (*Cancel) EnvelopeDomain() string { return CancelDomain }
+func (*Cancel) EnvelopeCodec() []byte  { return CancelCodec }
+func (*Take) EnvelopeDomain() string   { return TakeDomain }
+func (*Take) EnvelopeCodec() []byte    { return TakeCodec }
+func (*Accept) EnvelopeDomain() string { return AcceptDomain }
+func (*Accept) EnvelopeCodec() []byte  { return AcceptCodec }
+func (*Reject) EnvelopeDomain() string { return RejectDomain }
+func (*Reject) EnvelopeCodec() []byte  { return RejectCodec }
 
 func init() {
-	record.RegisterType(&OfferRecord{})
+	record.RegisterType(&Record[*Offer]{})
+	record.RegisterType(&Record[*Order]{})
+	record.RegisterType(&Record[*Cancel]{})
+	record.RegisterType(&Record[*Take]{})
+	record.RegisterType(&Record[*Accept]{})
+	record.RegisterType(&Record[*Reject]{})
 }
 
-// OfferRecord adapts Offer to record.Record so it can be sealed into and
-// consumed from a libp2p signed envelope.
-type OfferRecord struct {
-	Offer *Offer
+// Record adapts a signed kind to record.Record, so it can be sealed into and
+// consumed from a libp2p signed envelope. Marshalling is deterministic.
+type Record[M Signed] struct {
+	Msg M
 }
 
-var _ record.Record = (*OfferRecord)(nil)
+// OfferRecord is the record of an Offer.
+type OfferRecord = Record[*Offer]
 
 // Domain implements record.Record.
-func (r *OfferRecord) Domain() string { return OfferDomain }
+func (r *Record[M]) Domain() string { return r.Msg.EnvelopeDomain() }
 
 // Codec implements record.Record.
-func (r *OfferRecord) Codec() []byte { return OfferCodec }
+func (r *Record[M]) Codec() []byte { return r.Msg.EnvelopeCodec() }
 
-// MarshalRecord implements record.Record with deterministic protobuf encoding.
-func (r *OfferRecord) MarshalRecord() ([]byte, error) {
-	return gproto.MarshalOptions{Deterministic: true}.Marshal(r.Offer)
+// MarshalRecord implements record.Record.
+func (r *Record[M]) MarshalRecord() ([]byte, error) {
+	return gproto.MarshalOptions{Deterministic: true}.Marshal(r.Msg)
 }
 
 // UnmarshalRecord implements record.Record.
-func (r *OfferRecord) UnmarshalRecord(b []byte) error {
-	o := new(Offer)
-	if err := gproto.Unmarshal(b, o); err != nil {
+func (r *Record[M]) UnmarshalRecord(b []byte) error {
+	m := r.Msg.ProtoReflect().Type().New().Interface().(M)
+	if err := gproto.Unmarshal(b, m); err != nil {
 		return err
 	}
-	r.Offer = o
+	r.Msg = m
 	return nil
 }
 

@@ -45,11 +45,20 @@ func init() {
 		{"offers", "[filters]", "search the network for GPU offers", cmdOffers},
 		{"peers", "", "connected peers", cmdPeers},
 		{"devnet", "[--providers N] [--buyers M] [--keep]", "run a whole local market on simulated GPUs", cmdDevnet},
-		{"version", "", "print the version", func(e *env, _ []string) error { fmt.Fprintln(e.stdout, version); return nil }},
+		{"version", "", "print the version", cmdVersion},
 	}
 }
 
 const version = "suanli 0.1.0"
+
+func cmdVersion(e *env, args []string) error {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	if err := parse(e, fs, args, 0); err != nil {
+		return err
+	}
+	fmt.Fprintln(e.stdout, version)
+	return nil
+}
 
 func usage(w io.Writer) {
 	fmt.Fprintf(w, `suanli: a peer-to-peer market for GPU time

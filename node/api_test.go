@@ -1,0 +1,106 @@
+package node_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/devnet"
+)
+
+// TestAPI runs one suite against both implementations of node.API: the
+// in-process Node and the HTTP Client of its daemon API.
+func TestAPI(t *testing.T) {
+	net := startNet(t, 1, 1)
+	provider, buyer := net.Providers[0], net.Buyers[0]
+	client := func(n *node.Node) node.API {
+		ep, err := node.ReadAPIEndpoint(repoOf(t, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return node.NewClient(ep)
+	}
+	impls := []struct {
+		name            string
+		provider, buyer node.API
+	}{
+		{"in-process", provider, buyer},
+		{"http", client(provider), client(buyer)},
+	}
+	for _, impl := range impls {
+		t.Run(impl.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+
+			id, err := impl.provider.ID(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id.ID != provider.PeerID().String() || !id.Provider || len(id.Addrs) == 0 {
+				t.Errorf("ID() = %+v, want provider %s with addrs", id, provider.PeerID())
+			}
+			for _, a := range id.Addrs {
+				if !strings.HasSuffix(a, "/p2p/"+id.ID) {
+					t.Errorf("ID() addr %q does not end in /p2p/%s", a, id.ID)
+				}
+			}
+			bid, err := impl.buyer.ID(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bid.Provider || bid.NoGPUReason == "" {
+				t.Errorf("buyer ID() = %+v, want no provider and a reason", bid)
+			}
+
+			inv, err := impl.provider.GPUs(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(inv.GPUs) != 8 || inv.Backend != "sim:dgxh100" || inv.GPUs[0].Telemetry == nil {
+				t.Errorf("GPUs() = %d GPUs from %q (telemetry %v), want 8 from sim:dgxh100 with telemetry", len(inv.GPUs), inv.Backend, inv.GPUs[0].Telemetry)
+			}
+			if _, err := impl.buyer.GPUs(ctx); !errors.Is(err, node.ErrNoGPUs) {
+				t.Errorf("buyer GPUs() error = %v, want ErrNoGPUs", err)
+			}
+
+			offers, err := devnet.WaitFound(ctx, impl.buyer, node.OfferQuery{GPU: "h100"}, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(offers) != 1 || offers[0].Provider != id.ID || len(offers[0].GPUs) != 8 {
+				t.Errorf("Offers(h100) = %+v, want the provider's 8 GPUs", offers)
+			}
+			for _, bad := range []node.OfferQuery{
+				{MaxPrice: "2.00001"},
+				{MaxPrice: "abc"},
+				{MaxPrice: "1", Currency: "XXX"},
+				{Sort: "colour"},
+				{MinGPUs: -1},
+			} {
+				if _, err := impl.buyer.Offers(ctx, bad); !node.IsBadRequest(err) {
+					t.Errorf("Offers(%+v) error = %v, want a bad-request error", bad, err)
+				}
+			}
+
+			peers, err := impl.buyer.Peers(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for _, p := range peers {
+				found = found || p.ID == id.ID
+			}
+			if !found {
+				t.Errorf("buyer Peers() = %+v, want it to include the provider %s", peers, id.ID)
+			}
+		})
+	}
+}
+
+func repoOf(t *testing.T, n *node.Node) string {
+	t.Helper()
+	return n.Repo()
+}

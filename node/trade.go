@@ -1,0 +1,741 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/p2p"
+	"github.com/suanli/suanli/proto"
+)
+
+// Trade tuning.
+const (
+	// takeTimeout is how long a taker waits for a maker before skipping it.
+	takeTimeout = 5 * time.Second
+	// acceptWindow is how long after receiving a take a maker may still
+	// accept it; shorter than takeTimeout so that an accept almost always
+	// reaches a taker that is still waiting.
+	acceptWindow = 3 * time.Second
+	// maxTakeRounds bounds the takes one order makes in one pass.
+	maxTakeRounds = 32
+	// defaultOrderTTL is how long an order rests when not told.
+	defaultOrderTTL = time.Hour
+)
+
+// ownOrder is one of this node's orders and what became of it.
+type ownOrder struct {
+	order  market.Order
+	env    []byte
+	status string // resting, filled, cancelled, expired, done (IOC remainder dropped)
+	fills  []TradeView
+	err    string
+}
+
+// OrderRequest is a new bid or ask. Prices are decimals in Currency.
+type OrderRequest struct {
+	Side        string `json:"side"` // bid or ask
+	Market      string `json:"market"`
+	Count       uint32 `json:"count"`
+	Price       string `json:"price"`
+	Currency    string `json:"currency,omitempty"`     // default USD
+	LeaseType   string `json:"lease_type,omitempty"`   // spot (default), on-demand, reserved
+	Duration    string `json:"duration,omitempty"`     // bids: e.g. "1h"
+	MinDuration string `json:"min_duration,omitempty"` // asks, default 1m
+	MaxDuration string `json:"max_duration,omitempty"` // asks, default 720h
+	Expires     string `json:"expires,omitempty"`      // rest this long, default 1h
+	IOC         bool   `json:"ioc,omitempty"`
+	PostOnly    bool   `json:"post_only,omitempty"`
+	AllOrNone   bool   `json:"all_or_none,omitempty"`
+	ClientKey   string `json:"client_key,omitempty"`
+	// Bid constraints.
+	Regions        []string `json:"regions,omitempty"`
+	MinAttestation string   `json:"min_attestation,omitempty"`
+	MinVRAMGiB     uint64   `json:"min_vram_gib,omitempty"`
+}
+
+// OrderView is an order of this node and its trades.
+type OrderView struct {
+	ID        string      `json:"id"`
+	Side      string      `json:"side"`
+	Market    string      `json:"market"`
+	Count     uint32      `json:"count"`
+	Remaining uint32      `json:"remaining"`
+	Price     string      `json:"price"`
+	Currency  string      `json:"currency"`
+	LeaseType string      `json:"lease_type"`
+	Status    string      `json:"status"`
+	Expires   time.Time   `json:"expires"`
+	Fills     []TradeView `json:"fills"`
+	Error     string      `json:"error,omitempty"`
+}
+
+// TradeView is one fill.
+type TradeView struct {
+	ID        string    `json:"id"`
+	Market    string    `json:"market"`
+	Price     string    `json:"price"`
+	Currency  string    `json:"currency"`
+	Count     uint32    `json:"count"`
+	Buyer     string    `json:"buyer"`
+	Provider  string    `json:"provider"`
+	Lease     string    `json:"lease"`
+	LeaseType string    `json:"lease_type"`
+	GPUs      []string  `json:"gpus,omitempty"`
+	Time      time.Time `json:"time"`
+}
+
+func tradeView(f market.Fill, l *proto.Lease) TradeView {
+	v := TradeView{
+		ID: f.ID, Market: f.Market, Price: market.FormatMicros(f.Price, f.Currency), Currency: f.Currency,
+		Count: f.Quantity, Buyer: f.Buyer, Provider: f.Provider, LeaseType: f.LeaseType.String(), Time: f.Time.UTC(),
+	}
+	if l != nil {
+		v.Lease, v.GPUs = l.Id, l.Gpus
+	}
+	return v
+}
+
+// buildOrder turns a request into a signed order of this node.
+func (n *Node) buildOrder(req OrderRequest) (*market.Order, *proto.Order, error) {
+	now := n.now()
+	cur := cmpOr(req.Currency, "USD")
+	price, err := market.ParseMoney(req.Price, cur)
+	if err != nil {
+		return nil, nil, badRequest("price: %v", err)
+	}
+	side, err := market.ParseSide(req.Side)
+	if err != nil {
+		return nil, nil, badRequest("%v", err)
+	}
+	lt, err := market.ParseLeaseType(cmpOr(req.LeaseType, "spot"))
+	if err != nil {
+		return nil, nil, badRequest("%v", err)
+	}
+	dur := func(s, def string, what string) (time.Duration, error) {
+		d, err := time.ParseDuration(cmpOr(s, def))
+		if err != nil {
+			return 0, badRequest("%s: %v", what, err)
+		}
+		return d, nil
+	}
+	expires, err := dur(req.Expires, defaultOrderTTL.String(), "expires")
+	if err != nil {
+		return nil, nil, err
+	}
+	var nonce [8]byte
+	rand.Read(nonce[:])
+	po := &proto.Order{
+		Maker:         []byte(n.host.ID()),
+		Market:        req.Market,
+		Currency:      cur,
+		Quantity:      req.Count,
+		PriceMicros:   price.Micros,
+		LeaseType:     p2p.LeaseTypeToProto(lt),
+		CreatedUnixMs: now.UnixMilli(),
+		ExpiresUnixMs: now.Add(expires).UnixMilli(),
+		Nonce:         binary.BigEndian.Uint64(nonce[:]),
+		PostOnly:      req.PostOnly,
+		AllOrNone:     req.AllOrNone,
+		ClientKey:     req.ClientKey,
+	}
+	if req.IOC {
+		po.TimeInForce = proto.TimeInForce_TIME_IN_FORCE_IOC
+	}
+	switch side {
+	case market.Bid:
+		po.Side = proto.Side_SIDE_BID
+		d, err := dur(req.Duration, "", "duration")
+		if err != nil {
+			return nil, nil, err
+		}
+		po.DurationS = int64(d / time.Second)
+		po.Constraints = &proto.Constraints{Regions: req.Regions, MinAttestation: req.MinAttestation, MinMemoryBytes: req.MinVRAMGiB << 30}
+	case market.Ask:
+		po.Side = proto.Side_SIDE_ASK
+		offer := n.Published()
+		if offer == nil {
+			return nil, nil, fmt.Errorf("%w: an ask needs a published offer (%v)", ErrNoGPUs, n.noGPU)
+		}
+		po.OfferSeq = offer.Seq
+		minD, err := dur(req.MinDuration, defaultMinLease.String(), "min-duration")
+		if err != nil {
+			return nil, nil, err
+		}
+		maxD, err := dur(req.MaxDuration, defaultMaxLease.String(), "max-duration")
+		if err != nil {
+			return nil, nil, err
+		}
+		po.MinDurationS, po.MaxDurationS = int64(minD/time.Second), int64(maxD/time.Second)
+	}
+	o, err := p2p.OrderFromProto(po)
+	if err != nil {
+		return nil, nil, badRequest("%v", err)
+	}
+	if err := o.Validate(now); err != nil {
+		return nil, nil, badRequest("%v", err)
+	}
+	if side == market.Ask {
+		free, err := n.freeGPUs(o.Market)
+		if err != nil {
+			return nil, nil, err
+		}
+		if uint32(len(free)) < o.Quantity {
+			return nil, nil, badRequest("ask for %d GPUs in %s, %d free", o.Quantity, o.Market, len(free))
+		}
+		if err := n.askFacts(context.Background(), o, po.OfferSeq); err != nil {
+			return nil, nil, badRequest("%v", err)
+		}
+	}
+	return o, po, nil
+}
+
+// PlaceOrder signs and places a bid or ask: it joins the market, takes
+// whatever the order crosses in this node's replica (agreeing each trade
+// with its maker), and rests the rest on the book unless it is IOC.
+func (n *Node) PlaceOrder(ctx context.Context, req OrderRequest) (OrderView, error) {
+	if err := n.JoinMarket(ctx, req.Market); err != nil {
+		return OrderView{}, err
+	}
+	o, po, err := n.buildOrder(req)
+	if err != nil {
+		return OrderView{}, err
+	}
+	env, err := p2p.Seal(n.key, po, proto.MaxBookMessageSize)
+	if err != nil {
+		return OrderView{}, err
+	}
+	o.ID = proto.CIDOf(env).String()
+
+	n.books.mu.Lock()
+	s, err := n.books.state(o.Market, o.Currency)
+	if err != nil {
+		n.books.mu.Unlock()
+		return OrderView{}, badRequest("%v", err)
+	}
+	if o.ClientKey != "" {
+		if id, ok := s.book.ClientKey(o.Maker, o.ClientKey); ok {
+			n.books.mu.Unlock()
+			return n.Order(ctx, id) // a retried request: the first order stands
+		}
+	}
+	if _, err := s.book.Match(o, n.now()); errors.Is(err, market.ErrWouldCross) {
+		n.books.mu.Unlock()
+		return OrderView{}, badRequest("post-only order would trade now: %v", err)
+	}
+	n.books.mu.Unlock()
+
+	n.ownMu.Lock()
+	if o.ClientKey != "" {
+		for _, oo := range n.own {
+			if oo.order.ClientKey == o.ClientKey && oo.status == "taking" {
+				n.ownMu.Unlock()
+				return n.Order(ctx, oo.order.ID)
+			}
+		}
+	}
+	n.own[o.ID] = &ownOrder{order: *o, env: env, status: "taking"}
+	n.ownMu.Unlock()
+
+	// Take what crosses first; only then rest the remainder, so no other
+	// node can take this order while it is still taking.
+	n.takeLoop(ctx, o, env)
+	status := "done"
+	if o.TimeInForce == market.GTC {
+		n.books.mu.Lock()
+		err := s.book.Add(o, n.now()) // deducts the fills already applied
+		if err == nil {
+			s.envs[o.ID] = env
+		}
+		n.books.mu.Unlock()
+		switch {
+		case err == nil:
+			status = "resting"
+			ev := &p2p.BookEvent{Kind: p2p.KindOrder, Order: o, OrderProto: po, Envelope: env}
+			if err := n.publishBook(ctx, o.Market, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}}, ev); err != nil {
+				n.log.Warn("publishing order failed", "order", o.ID, "err", err)
+			}
+			n.kickMarket(o.Market) // something may have arrived while taking
+		case errors.Is(err, market.ErrDuplicate):
+			status = "filled"
+		default:
+			return OrderView{}, badRequest("%v", err)
+		}
+	}
+	n.ownMu.Lock()
+	if oo := n.own[o.ID]; oo.status == "taking" {
+		oo.status = status
+	}
+	n.ownMu.Unlock()
+	n.log.Info("order placed", "order", o.ID, "side", o.Side, "market", o.Market, "count", o.Quantity,
+		"price", market.FormatMicros(o.Price, o.Currency))
+	return n.Order(ctx, o.ID)
+}
+
+// takeLoop takes what o crosses, one maker at a time in priority order,
+// skipping makers that refuse or do not answer. No lock is held while
+// waiting for a maker: two nodes taking each other's orders at once cannot
+// deadlock; one of them is refused.
+func (n *Node) takeLoop(ctx context.Context, o *market.Order, env []byte) {
+	skip := map[string]bool{}
+	for range maxTakeRounds {
+		n.tradeMu.Lock()
+		n.books.mu.Lock()
+		s, err := n.books.state(o.Market, o.Currency)
+		if err != nil {
+			n.books.mu.Unlock()
+			n.tradeMu.Unlock()
+			return
+		}
+		want := *o
+		if _, rem, ok := s.book.Lookup(o.ID); ok {
+			want.Quantity = rem
+		} else {
+			want.Quantity = o.Quantity - n.filledLocked(o.ID)
+		}
+		want.Quantity -= min(want.Quantity, n.pending[o.ID])
+		var ms []market.Match
+		if want.Quantity > 0 && o.Expires.After(n.now()) {
+			ms, _ = s.book.Match(&want, n.now())
+		}
+		n.books.mu.Unlock()
+		var m *market.Match
+		for i := range ms {
+			if !skip[ms[i].OrderID] {
+				m = &ms[i]
+				break
+			}
+		}
+		if m == nil {
+			n.tradeMu.Unlock()
+			return
+		}
+		n.pending[o.ID] += m.Quantity
+		n.tradeMu.Unlock()
+
+		_, err = n.take(ctx, o, env, *m)
+
+		n.tradeMu.Lock()
+		n.pending[o.ID] -= m.Quantity
+		if n.pending[o.ID] == 0 {
+			delete(n.pending, o.ID)
+		}
+		n.tradeMu.Unlock()
+		if err != nil {
+			n.log.Info("take failed; trying the next order", "maker", short(m.Maker), "order", m.OrderID, "err", err)
+			skip[m.OrderID] = true
+		}
+	}
+}
+
+// filledLocked is how much of one of this node's orders has been filled.
+func (n *Node) filledLocked(id string) uint32 {
+	n.ownMu.Lock()
+	defer n.ownMu.Unlock()
+	var sum uint32
+	if oo := n.own[id]; oo != nil {
+		for _, t := range oo.fills {
+			sum += t.Count
+		}
+	}
+	return sum
+}
+
+// take agrees one match with its maker. It returns the quantity filled.
+func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.Match) (uint32, error) {
+	maker, err := peer.Decode(m.Maker)
+	if err != nil {
+		return 0, err
+	}
+	now := n.now()
+	take := &proto.Take{
+		Taker: []byte(n.host.ID()), Market: o.Market, MakerOrderId: m.OrderID, TakerOrder: env,
+		Quantity: m.Quantity, PriceMicros: m.Price, Currency: o.Currency,
+		LeaseType: p2p.LeaseTypeToProto(m.LeaseType), CreatedUnixMs: now.UnixMilli(),
+	}
+	if o.Side == market.Bid {
+		take.DurationS = int64(o.Duration / time.Second)
+	} else {
+		// A provider taking a resting bid chooses the GPUs now.
+		n.books.mu.Lock()
+		s, _ := n.books.state(o.Market, o.Currency)
+		bid, _, ok := s.book.Lookup(m.OrderID)
+		n.books.mu.Unlock()
+		if !ok {
+			return 0, fmt.Errorf("bid %s is gone", m.OrderID)
+		}
+		take.DurationS = int64(bid.Duration / time.Second)
+		take.LeaseType = p2p.LeaseTypeToProto(o.LeaseType)
+	}
+	var takeEnv []byte
+	var takeID string
+	if o.Side == market.Ask {
+		// Choose and hold the GPUs in one step. If the maker does not answer
+		// the hold lapses on its own a little after the maker's window: an
+		// accept signed in that window still finds the GPUs held.
+		n.tradeMu.Lock()
+		free, err := n.freeGPUs(o.Market)
+		if err == nil && uint32(len(free)) < m.Quantity {
+			err = fmt.Errorf("only %d GPUs free", len(free))
+		}
+		if err == nil {
+			take.Gpus = free[:m.Quantity]
+			takeEnv, err = p2p.Seal(n.key, take, proto.MaxBookMessageSize)
+		}
+		if err == nil {
+			takeID = proto.CIDOf(takeEnv).String()
+			err = n.store.reserveGPUs(take.Gpus, takeID, now.Add(takeTimeout+time.Minute))
+		}
+		n.tradeMu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+	} else {
+		var err error
+		if takeEnv, err = p2p.Seal(n.key, take, proto.MaxBookMessageSize); err != nil {
+			return 0, err
+		}
+		takeID = proto.CIDOf(takeEnv).String()
+	}
+	tctx, cancel := context.WithTimeout(ctx, takeTimeout)
+	reply, err := p2p.SendTake(tctx, n.host, maker, takeEnv)
+	cancel()
+	release := func() {
+		if len(take.Gpus) > 0 {
+			n.store.releaseGPUs(take.Gpus, takeID)
+		}
+	}
+	if err != nil {
+		return 0, err // in doubt: the hold lapses by itself
+	}
+	switch body := reply.Body.(type) {
+	case *proto.TradeReply_Reject:
+		release()
+		rj, signer, err := p2p.Open[*proto.Reject](body.Reject, proto.MaxBookMessageSize)
+		if err != nil || signer != maker || rj.TakeId != takeID {
+			return 0, fmt.Errorf("maker sent an invalid reject")
+		}
+		return 0, fmt.Errorf("maker rejected: %s", rj.Reason)
+	case *proto.TradeReply_Accept:
+		fill := &proto.Fill{Take: takeEnv, Accept: body.Accept}
+		ev, err := p2p.OpenFill(fill, n.now())
+		if err != nil || ev.Fill.Provider == ev.Fill.Buyer || (ev.Fill.Provider != m.Maker && ev.Fill.Buyer != m.Maker) {
+			release()
+			return 0, fmt.Errorf("maker sent an invalid accept: %v", err)
+		}
+		if len(take.Gpus) > 0 {
+			end := time.UnixMilli(ev.Lease.StartUnixMs).Add(time.Duration(ev.Lease.DurationS)*time.Second + time.Minute)
+			if err := n.store.reserveGPUs(take.Gpus, takeID, end); err != nil {
+				n.log.Error("extending GPU hold to the lease failed", "lease", ev.Lease.Id, "err", err)
+			}
+		}
+		if err := n.store.putLease(ev.Lease); err != nil {
+			n.log.Warn("storing lease failed", "lease", ev.Lease.Id, "err", err)
+		}
+		n.applyFill(ev)
+		if err := n.publishBook(ctx, o.Market, &proto.BookMessage{Body: &proto.BookMessage_Fill{Fill: fill}}, ev); err != nil {
+			n.log.Warn("publishing fill failed", "fill", ev.Fill.ID, "err", err)
+		}
+		return ev.Fill.Quantity, nil
+	}
+	release()
+	return 0, p2p.ErrNoReply
+}
+
+// handleTake is the maker's side of a trade: re-check, reserve, accept.
+func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *proto.TradeReply {
+	take, signer, err := p2p.Open[*proto.Take](takeEnv, proto.MaxBookMessageSize)
+	if err != nil || signer != from || string(take.Taker) != string(signer) {
+		n.metrics.rejects.WithLabelValues("take", "bad-envelope").Inc()
+		return nil // not worth a signed answer
+	}
+	takeID := proto.CIDOf(takeEnv).String()
+	received := time.Now()
+	reject := func(format string, args ...any) *proto.TradeReply {
+		reason := fmt.Sprintf(format, args...)
+		n.log.Info("take rejected", "from", short(from.String()), "order", take.MakerOrderId, "reason", reason)
+		env, err := p2p.Seal(n.key, &proto.Reject{Maker: []byte(n.host.ID()), TakeId: takeID, Reason: reason}, proto.MaxBookMessageSize)
+		if err != nil {
+			return nil
+		}
+		return &proto.TradeReply{Body: &proto.TradeReply_Reject{Reject: env}}
+	}
+	now := n.now()
+	to, _, err := p2p.OpenOrder(take.TakerOrder, now)
+	if err != nil {
+		return reject("taker order: %v", err)
+	}
+	if to.Maker != from.String() || to.Market != take.Market || to.Currency != take.Currency {
+		return reject("taker order does not belong to the take")
+	}
+
+	// Fetch what may need the network before taking the lock.
+	if _, err := n.offerOf(ctx, from, 0); err != nil && to.Side == market.Ask {
+		return reject("taker's offer: %v", err)
+	}
+	n.tradeMu.Lock()
+	defer n.tradeMu.Unlock()
+	n.books.mu.Lock()
+	s, err := n.books.state(take.Market, take.Currency)
+	if err != nil {
+		n.books.mu.Unlock()
+		return reject("%v", err)
+	}
+	mine, remaining, ok := s.book.Lookup(take.MakerOrderId)
+	n.books.mu.Unlock()
+	me := n.host.ID().String()
+	switch {
+	case !ok:
+		return reject("order %s is not open", take.MakerOrderId)
+	case mine.Maker != me:
+		return reject("order %s is not mine", take.MakerOrderId)
+	case remaining < take.Quantity+n.pending[take.MakerOrderId]:
+		return reject("order has %d GPUs left (%d being taken), take wants %d", remaining, n.pending[take.MakerOrderId], take.Quantity)
+	case take.PriceMicros != mine.Price:
+		return reject("take price %d is not the order's %d", take.PriceMicros, mine.Price)
+	}
+	if mine.Side == market.Ask {
+		if err := n.askFacts(ctx, &mine, 0); err != nil {
+			return reject("my offer: %v", err)
+		}
+	} else if err := n.askFacts(ctx, to, 0); err != nil {
+		return reject("taker's offer: %v", err)
+	}
+	// Re-run the book's own rules on just this pair: constraints, durations,
+	// lease type, self-match, all-or-none.
+	pair, err := market.NewBook(take.Market, take.Currency)
+	if err != nil {
+		return reject("%v", err)
+	}
+	resting := mine
+	resting.Quantity = remaining
+	resting.ClientKey = ""
+	if err := pair.Add(&resting, now); err != nil {
+		return reject("order: %v", err)
+	}
+	incoming := *to
+	incoming.Quantity, incoming.AllOrNone, incoming.PostOnly, incoming.TimeInForce, incoming.ClientKey = take.Quantity, false, false, market.IOC, ""
+	ms, err := pair.Match(&incoming, now)
+	if err != nil || len(ms) != 1 || ms[0].Quantity != take.Quantity {
+		return reject("the orders do not match (%v)", err)
+	}
+
+	lease := &proto.Lease{
+		Id: takeID, Market: take.Market, PriceMicros: take.PriceMicros, Currency: take.Currency,
+		LeaseType: take.LeaseType, DurationS: take.DurationS, StartUnixMs: now.UnixMilli(),
+		BillingIntervalS: int64(n.billingInterval / time.Second),
+	}
+	if mine.Side == market.Ask {
+		lease.Provider, lease.Buyer = []byte(n.host.ID()), []byte(from)
+		lease.LeaseType = p2p.LeaseTypeToProto(mine.LeaseType)
+		free, err := n.freeGPUs(take.Market)
+		if err != nil {
+			return reject("%v", err)
+		}
+		if uint32(len(free)) < take.Quantity {
+			return reject("only %d GPUs free", len(free))
+		}
+		lease.Gpus = free[:take.Quantity]
+		end := now.Add(time.Duration(take.DurationS)*time.Second + time.Minute)
+		if err := n.store.reserveGPUs(lease.Gpus, takeID, end); err != nil {
+			return reject("reserving GPUs: %v", err)
+		}
+	} else {
+		lease.Provider, lease.Buyer = []byte(from), []byte(n.host.ID())
+		if uint32(len(take.Gpus)) != take.Quantity {
+			return reject("take names %d GPUs for %d", len(take.Gpus), take.Quantity)
+		}
+		offer, err := n.offerOf(ctx, from, 0)
+		if err != nil {
+			return reject("%v", err)
+		}
+		for _, g := range take.Gpus {
+			if !slices.ContainsFunc(offer.Gpus, func(og *proto.GPU) bool { return og.Uuid == g && og.Market == take.Market }) {
+				return reject("GPU %s is not in the provider's offer", g)
+			}
+		}
+		lease.Gpus = take.Gpus
+		if t := offer.GetTerms().GetBillingIncrementS(); t > 0 {
+			lease.BillingIntervalS = t
+		}
+	}
+	if time.Since(received) > acceptWindow {
+		n.store.releaseGPUs(lease.Gpus, takeID)
+		return reject("take took too long to process")
+	}
+	acc := &proto.Accept{Maker: []byte(n.host.ID()), TakeId: takeID, Lease: lease, CreatedUnixMs: now.UnixMilli()}
+	accEnv, err := p2p.Seal(n.key, acc, proto.MaxBookMessageSize)
+	if err != nil {
+		return reject("%v", err)
+	}
+	fill := &proto.Fill{Take: takeEnv, Accept: accEnv}
+	ev, err := p2p.OpenFill(fill, now)
+	if err != nil {
+		n.store.releaseGPUs(lease.Gpus, takeID)
+		return reject("fill: %v", err)
+	}
+	if err := n.store.putLease(lease); err != nil {
+		n.store.releaseGPUs(lease.Gpus, takeID)
+		return reject("storing lease: %v", err)
+	}
+	n.applyFill(ev)
+	go func() {
+		pctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
+		defer cancel()
+		if err := n.publishBook(pctx, take.Market, &proto.BookMessage{Body: &proto.BookMessage_Fill{Fill: fill}}, ev); err != nil {
+			n.log.Warn("publishing fill failed", "fill", ev.Fill.ID, "err", err)
+		}
+	}()
+	return &proto.TradeReply{Body: &proto.TradeReply_Accept{Accept: accEnv}}
+}
+
+// freeGPUs lists this provider's GPUs in a market not reserved by a lease.
+func (n *Node) freeGPUs(mkt string) ([]string, error) {
+	offer := n.Published()
+	if offer == nil {
+		return nil, fmt.Errorf("%w: no published offer", ErrNoGPUs)
+	}
+	busy, err := n.store.reservedGPUs(n.now())
+	if err != nil {
+		return nil, err
+	}
+	var free []string
+	for _, g := range offer.Gpus {
+		if g.Market == mkt && !busy[g.Uuid] {
+			free = append(free, g.Uuid)
+		}
+	}
+	return free, nil
+}
+
+// ownFilled records a fill of one of this node's orders.
+func (n *Node) ownFilled(f market.Fill, l *proto.Lease) {
+	n.ownMu.Lock()
+	defer n.ownMu.Unlock()
+	for _, id := range []string{f.BidID, f.AskID} {
+		oo := n.own[id]
+		if oo == nil || slices.ContainsFunc(oo.fills, func(t TradeView) bool { return t.ID == f.ID }) {
+			continue
+		}
+		oo.fills = append(oo.fills, tradeView(f, l))
+		var sum uint32
+		for _, t := range oo.fills {
+			sum += t.Count
+		}
+		if sum >= oo.order.Quantity {
+			oo.status = "filled"
+		}
+	}
+}
+
+func (n *Node) ownCancelled(id string) {
+	n.ownMu.Lock()
+	defer n.ownMu.Unlock()
+	if oo := n.own[id]; oo != nil && oo.status == "resting" {
+		oo.status = "cancelled"
+	}
+}
+
+func (n *Node) ownEnvelope(id string) []byte {
+	n.ownMu.Lock()
+	defer n.ownMu.Unlock()
+	if oo := n.own[id]; oo != nil {
+		return oo.env
+	}
+	return nil
+}
+
+// ErrUnknownOrder is returned for an order ID this node did not place.
+var ErrUnknownOrder = errors.New("node: no such order of this node")
+
+// Order returns one of this node's orders.
+func (n *Node) Order(_ context.Context, id string) (OrderView, error) {
+	n.ownMu.Lock()
+	oo := n.own[id]
+	n.ownMu.Unlock()
+	if oo == nil {
+		return OrderView{}, fmt.Errorf("%w: %s", ErrUnknownOrder, id)
+	}
+	return n.orderView(oo), nil
+}
+
+// Orders lists this node's orders, newest first.
+func (n *Node) Orders(context.Context) ([]OrderView, error) {
+	n.ownMu.Lock()
+	list := make([]*ownOrder, 0, len(n.own))
+	for _, oo := range n.own {
+		list = append(list, oo)
+	}
+	n.ownMu.Unlock()
+	sort.Slice(list, func(i, j int) bool { return list[i].order.Created.After(list[j].order.Created) })
+	out := make([]OrderView, 0, len(list))
+	for _, oo := range list {
+		out = append(out, n.orderView(oo))
+	}
+	return out, nil
+}
+
+func (n *Node) orderView(oo *ownOrder) OrderView {
+	n.books.mu.Lock()
+	remaining := uint32(0)
+	s, err := n.books.state(oo.order.Market, oo.order.Currency)
+	if err == nil {
+		if _, rem, ok := s.book.Lookup(oo.order.ID); ok {
+			remaining = rem
+		}
+	}
+	n.books.mu.Unlock()
+	n.ownMu.Lock()
+	defer n.ownMu.Unlock()
+	status := oo.status
+	if status == "resting" && remaining == 0 && !oo.order.Expires.After(n.now()) {
+		status = "expired"
+	}
+	o := oo.order
+	return OrderView{
+		ID: o.ID, Side: o.Side.String(), Market: o.Market, Count: o.Quantity, Remaining: remaining,
+		Price: market.FormatMicros(o.Price, o.Currency), Currency: o.Currency, LeaseType: o.LeaseType.String(),
+		Status: status, Expires: o.Expires.UTC(), Fills: append([]TradeView{}, oo.fills...), Error: oo.err,
+	}
+}
+
+// CancelOrder withdraws one of this node's resting orders and gossips the
+// signed cancel.
+func (n *Node) CancelOrder(ctx context.Context, id string) (OrderView, error) {
+	n.ownMu.Lock()
+	oo := n.own[id]
+	n.ownMu.Unlock()
+	if oo == nil {
+		return OrderView{}, fmt.Errorf("%w: %s", ErrUnknownOrder, id)
+	}
+	me := n.host.ID().String()
+	n.books.mu.Lock()
+	s, _ := n.books.state(oo.order.Market, oo.order.Currency)
+	err := s.book.Cancel(id, me)
+	if err == nil {
+		delete(s.envs, id)
+	}
+	n.books.mu.Unlock()
+	if err != nil {
+		return OrderView{}, badRequest("cannot cancel %s: %v", id, err)
+	}
+	n.ownCancelled(id)
+	c := &proto.Cancel{Maker: []byte(n.host.ID()), OrderId: id, Market: oo.order.Market, CreatedUnixMs: n.now().UnixMilli()}
+	env, err := p2p.Seal(n.key, c, proto.MaxBookMessageSize)
+	if err != nil {
+		return OrderView{}, err
+	}
+	ev := &p2p.BookEvent{Kind: p2p.KindCancel, Cancel: c}
+	if err := n.publishBook(ctx, oo.order.Market, &proto.BookMessage{Body: &proto.BookMessage_Cancel{Cancel: env}}, ev); err != nil {
+		n.log.Warn("publishing cancel failed", "order", id, "err", err)
+	}
+	return n.Order(ctx, id)
+}

@@ -1,0 +1,421 @@
+package p2p
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"time"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	pb "github.com/libp2p/go-libp2p-pubsub/pb"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	gproto "google.golang.org/protobuf/proto"
+
+	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/proto"
+)
+
+// BookTopic is the gossipsub topic of a market's order book.
+func BookTopic(market string) string { return "/suanli/book/1/" + market }
+
+// MaxBookGossipSize bounds one gossiped book message: a fill carries two
+// envelopes of at most MaxBookMessageSize each.
+const MaxBookGossipSize = 2*proto.MaxBookMessageSize + 1024
+
+// NewPubSub starts gossipsub on a host for the order books. Messages are not
+// signed by pubsub (StrictNoSign, no author): every payload is already a
+// signed envelope, so one signature check per object is enough. Message IDs
+// are the SHA-256 of the payload, so the same object relayed by two peers is
+// one message. Peer scoring is on (BookScoreParams). ctx bounds its life.
+func NewPubSub(ctx context.Context, h host.Host) (*pubsub.PubSub, error) {
+	params, thresholds := BookScoreParams()
+	ps, err := pubsub.NewGossipSub(ctx, h,
+		pubsub.WithMessageSignaturePolicy(pubsub.StrictNoSign),
+		pubsub.WithNoAuthor(),
+		pubsub.WithMessageIdFn(func(m *pb.Message) string {
+			sum := sha256.Sum256(m.Data)
+			return string(sum[:])
+		}),
+		pubsub.WithPeerScore(params, thresholds),
+		pubsub.WithMaxMessageSize(MaxBookGossipSize+4096),
+		// Orders arrive in bursts when a market opens; validation costs one
+		// Ed25519 verify (~85 µs), so a deep queue is cheap and dropping
+		// (which pubsub does silently) is what we most want to avoid.
+		pubsub.WithValidateQueueSize(1024),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("p2p: gossipsub: %w", err)
+	}
+	return ps, nil
+}
+
+// BookScoreParams are gossipsub's peer-scoring parameters for book topics.
+//
+// What they do and why:
+//   - InvalidMessageDeliveries (weight -100 per message², decaying to 1% in
+//     an hour): a peer that forwards forged, malformed or out-of-bounds book
+//     messages (validator Reject) is graylisted after a couple of them. This
+//     is the penalty that matters in a market.
+//   - FirstMessageDeliveries (weight +1, cap 50): a small reward for peers
+//     that bring us new orders first, so useful relays stay in the mesh.
+//   - TimeInMesh (0.01/s, cap 1 h): stable neighbours are preferred.
+//   - MeshMessageDeliveries is off: market topics are quiet for minutes, and
+//     a delivery-rate floor would penalize honest peers for silence.
+//   - IP colocation is off: devnets and tests run many peers on 127.0.0.1,
+//     and providers behind one NAT are normal for GPU farms.
+//   - Behaviour penalty (-10 per broken promise², decaying over 10 min)
+//     punishes peers that advertise messages (IHAVE) and never send them.
+//
+// Thresholds: stop gossiping to a peer below -100, stop publishing to it
+// below -200, ignore it entirely below -300; accept peer exchange only from
+// peers above 100.
+func BookScoreParams() (*pubsub.PeerScoreParams, *pubsub.PeerScoreThresholds) {
+	params := &pubsub.PeerScoreParams{
+		Topics:                      map[string]*pubsub.TopicScoreParams{},
+		AppSpecificScore:            func(peer.ID) float64 { return 0 },
+		AppSpecificWeight:           1,
+		IPColocationFactorWeight:    0,
+		IPColocationFactorThreshold: 1,
+		BehaviourPenaltyWeight:      -10,
+		BehaviourPenaltyThreshold:   6,
+		BehaviourPenaltyDecay:       pubsub.ScoreParameterDecay(10 * time.Minute),
+		DecayInterval:               time.Second,
+		DecayToZero:                 0.01,
+		RetainScore:                 30 * time.Minute,
+	}
+	thresholds := &pubsub.PeerScoreThresholds{
+		GossipThreshold:             -100,
+		PublishThreshold:            -200,
+		GraylistThreshold:           -300,
+		AcceptPXThreshold:           100,
+		OpportunisticGraftThreshold: 5,
+	}
+	return params, thresholds
+}
+
+// BookTopicScoreParams are the per-topic parameters, set on each market topic.
+func BookTopicScoreParams() *pubsub.TopicScoreParams {
+	return &pubsub.TopicScoreParams{
+		TopicWeight:                     1,
+		TimeInMeshWeight:                0.01,
+		TimeInMeshQuantum:               time.Second,
+		TimeInMeshCap:                   3600,
+		FirstMessageDeliveriesWeight:    1,
+		FirstMessageDeliveriesDecay:     pubsub.ScoreParameterDecay(10 * time.Minute),
+		FirstMessageDeliveriesCap:       50,
+		InvalidMessageDeliveriesWeight:  -100,
+		InvalidMessageDeliveriesDecay:   pubsub.ScoreParameterDecay(time.Hour),
+		MeshMessageDeliveriesWeight:     0,
+		MeshFailurePenaltyWeight:        0,
+		SkipAtomicValidation:            true,
+	}
+}
+
+// Reasons a book message is refused by DecodeBook.
+var (
+	ErrBookSchema = errors.New("p2p: book message malformed")
+	ErrBookTopic  = errors.New("p2p: book message for another market")
+	ErrBookFill   = errors.New("p2p: fill inconsistent")
+)
+
+// BookKind says what a BookEvent carries.
+type BookKind uint8
+
+// Book event kinds.
+const (
+	KindOrder BookKind = iota + 1
+	KindCancel
+	KindFill
+)
+
+// BookEvent is a verified book message: every signature checked once, every
+// signer shown to have the right to sign what it signed.
+type BookEvent struct {
+	Kind BookKind
+	// Order (KindOrder): the domain order (ID = CID of Envelope), its wire
+	// form and envelope.
+	Order      *market.Order
+	OrderProto *proto.Order
+	Envelope   []byte
+	// Cancel (KindCancel).
+	Cancel *proto.Cancel
+	// Fill (KindFill): the domain fill (ID = CID of the Accept envelope),
+	// the lease both parties signed, the Take and the taker's order.
+	Fill       *market.Fill
+	Lease      *proto.Lease
+	Take       *proto.Take
+	TakerOrder *market.Order
+	Raw        *proto.Fill
+}
+
+// DecodeBook verifies a book message for the given market at now: size,
+// schema, signatures, signer rights, market and the order rules (expiry in
+// the future and at most 24 h ahead, price and quantity bounds). It does not
+// look at any state; the replica then checks duplicates and offers.
+func DecodeBook(data []byte, mkt string, now time.Time) (*BookEvent, error) {
+	if len(data) > MaxBookGossipSize {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), MaxBookGossipSize)
+	}
+	var msg proto.BookMessage
+	if err := gproto.Unmarshal(data, &msg); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBookSchema, err)
+	}
+	switch body := msg.Body.(type) {
+	case *proto.BookMessage_Order:
+		o, po, err := OpenOrder(body.Order, now)
+		if err != nil {
+			return nil, err
+		}
+		if o.Market != mkt {
+			return nil, fmt.Errorf("%w: order for %q on the %q topic", ErrBookTopic, o.Market, mkt)
+		}
+		return &BookEvent{Kind: KindOrder, Order: o, OrderProto: po, Envelope: body.Order}, nil
+	case *proto.BookMessage_Cancel:
+		c, signer, err := Open[*proto.Cancel](body.Cancel, proto.MaxBookMessageSize)
+		if err != nil {
+			return nil, err
+		}
+		if !bytes.Equal(c.Maker, []byte(signer)) {
+			return nil, fmt.Errorf("%w: cancel names maker other than its signer %s", ErrSigner, signer)
+		}
+		if c.Market != mkt {
+			return nil, fmt.Errorf("%w: cancel for %q on the %q topic", ErrBookTopic, c.Market, mkt)
+		}
+		if c.OrderId == "" || len(c.OrderId) > market.MaxOrderIDLen {
+			return nil, fmt.Errorf("%w: cancel order id", ErrBookSchema)
+		}
+		return &BookEvent{Kind: KindCancel, Cancel: c}, nil
+	case *proto.BookMessage_Fill:
+		ev, err := OpenFill(body.Fill, now)
+		if err != nil {
+			return nil, err
+		}
+		if ev.Fill.Market != mkt {
+			return nil, fmt.Errorf("%w: fill for %q on the %q topic", ErrBookTopic, ev.Fill.Market, mkt)
+		}
+		return ev, nil
+	}
+	return nil, fmt.Errorf("%w: empty body", ErrBookSchema)
+}
+
+// OpenOrder verifies a sealed order and converts it to the market's form
+// with ID = CID of the envelope. It checks the signer is the maker and the
+// market's order rules at now.
+func OpenOrder(env []byte, now time.Time) (*market.Order, *proto.Order, error) {
+	po, signer, err := Open[*proto.Order](env, proto.MaxBookMessageSize)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !bytes.Equal(po.Maker, []byte(signer)) {
+		return nil, nil, fmt.Errorf("%w: order names maker other than its signer %s", ErrSigner, signer)
+	}
+	o, err := OrderFromProto(po)
+	if err != nil {
+		return nil, nil, err
+	}
+	o.ID = proto.CIDOf(env).String()
+	if err := o.Validate(now); err != nil {
+		return nil, nil, err
+	}
+	return o, po, nil
+}
+
+// OpenFill verifies a fill: the Take signed by its taker, the Accept signed
+// by its maker and naming that very Take, the taker's order inside the Take
+// signed by the taker, the lease between exactly those two parties at the
+// Take's price and quantity.
+func OpenFill(f *proto.Fill, now time.Time) (*BookEvent, error) {
+	if f == nil {
+		return nil, fmt.Errorf("%w: empty fill", ErrBookSchema)
+	}
+	take, taker, err := Open[*proto.Take](f.Take, proto.MaxBookMessageSize)
+	if err != nil {
+		return nil, fmt.Errorf("fill take: %w", err)
+	}
+	acc, maker, err := Open[*proto.Accept](f.Accept, proto.MaxBookMessageSize)
+	if err != nil {
+		return nil, fmt.Errorf("fill accept: %w", err)
+	}
+	if !bytes.Equal(take.Taker, []byte(taker)) || !bytes.Equal(acc.Maker, []byte(maker)) {
+		return nil, fmt.Errorf("%w: fill take or accept names another signer", ErrSigner)
+	}
+	if taker == maker {
+		return nil, fmt.Errorf("%w: taker and maker are the same peer", ErrBookFill)
+	}
+	if acc.TakeId != proto.CIDOf(f.Take).String() {
+		return nil, fmt.Errorf("%w: accept names take %s, not this one", ErrBookFill, acc.TakeId)
+	}
+	// The taker's order was valid when the take was made; a fill may be
+	// gossiped after the order expired, so only its signature matters here.
+	tpo, tsigner, err := Open[*proto.Order](take.TakerOrder, proto.MaxBookMessageSize)
+	if err != nil {
+		return nil, fmt.Errorf("fill taker order: %w", err)
+	}
+	if tsigner != taker || !bytes.Equal(tpo.Maker, []byte(taker)) {
+		return nil, fmt.Errorf("%w: taker order signed by %s, not the taker %s", ErrSigner, tsigner, taker)
+	}
+	to, err := OrderFromProto(tpo)
+	if err != nil {
+		return nil, err
+	}
+	to.ID = proto.CIDOf(take.TakerOrder).String()
+	l := acc.Lease
+	if l == nil {
+		return nil, fmt.Errorf("%w: accept without lease", ErrBookFill)
+	}
+	buyer, provider := taker, maker
+	if to.Side == market.Ask {
+		buyer, provider = maker, taker
+	}
+	switch {
+	case !bytes.Equal(l.Buyer, []byte(buyer)) || !bytes.Equal(l.Provider, []byte(provider)):
+		return nil, fmt.Errorf("%w: lease parties are not the taker and maker", ErrBookFill)
+	case take.Market != to.Market || l.Market != to.Market:
+		return nil, fmt.Errorf("%w: market differs between take, order and lease", ErrBookFill)
+	case l.PriceMicros != take.PriceMicros || l.Currency != take.Currency || take.Currency != to.Currency:
+		return nil, fmt.Errorf("%w: lease price differs from the take", ErrBookFill)
+	case take.Quantity == 0 || int(take.Quantity) != len(l.Gpus):
+		return nil, fmt.Errorf("%w: %d GPUs leased for a take of %d", ErrBookFill, len(l.Gpus), take.Quantity)
+	case take.PriceMicros <= 0 || take.PriceMicros > market.MaxPriceMicros:
+		return nil, fmt.Errorf("%w: price %d", ErrBookFill, take.PriceMicros)
+	case l.Id != acc.TakeId:
+		return nil, fmt.Errorf("%w: lease id is not the take id", ErrBookFill)
+	}
+	if (to.Side == market.Bid && take.PriceMicros > to.Price) || (to.Side == market.Ask && take.PriceMicros < to.Price) {
+		return nil, fmt.Errorf("%w: trade price %d outside the taker's limit %d", ErrBookFill, take.PriceMicros, to.Price)
+	}
+	lt, err := leaseTypeFromProto(l.LeaseType)
+	if err != nil {
+		return nil, err
+	}
+	fill := &market.Fill{
+		ID:        proto.CIDOf(f.Accept).String(),
+		Market:    to.Market,
+		Currency:  to.Currency,
+		Quantity:  take.Quantity,
+		Price:     take.PriceMicros,
+		LeaseType: lt,
+		Time:      time.UnixMilli(acc.CreatedUnixMs),
+		Buyer:     buyer.String(),
+		Provider:  provider.String(),
+	}
+	if to.Side == market.Bid {
+		fill.BidID, fill.AskID = to.ID, take.MakerOrderId
+	} else {
+		fill.BidID, fill.AskID = take.MakerOrderId, to.ID
+	}
+	if fill.Time.Sub(now) > market.MaxClockSkew {
+		return nil, fmt.Errorf("%w: fill from %s in the future", ErrBookFill, fill.Time)
+	}
+	return &BookEvent{Kind: KindFill, Fill: fill, Lease: l, Take: take, TakerOrder: to, Raw: f}, nil
+}
+
+// OrderFromProto converts a wire order to the market's form (without ID).
+func OrderFromProto(po *proto.Order) (*market.Order, error) {
+	maker, err := peer.IDFromBytes(po.Maker)
+	if err != nil {
+		return nil, fmt.Errorf("%w: maker: %v", ErrBookSchema, err)
+	}
+	o := &market.Order{
+		Maker:       maker.String(),
+		Market:      po.Market,
+		Currency:    po.Currency,
+		Quantity:    po.Quantity,
+		Price:       po.PriceMicros,
+		MinDuration: time.Duration(po.MinDurationS) * time.Second,
+		MaxDuration: time.Duration(po.MaxDurationS) * time.Second,
+		Duration:    time.Duration(po.DurationS) * time.Second,
+		Created:     time.UnixMilli(po.CreatedUnixMs),
+		Expires:     time.UnixMilli(po.ExpiresUnixMs),
+		Nonce:       po.Nonce,
+		PostOnly:    po.PostOnly,
+		AllOrNone:   po.AllOrNone,
+		ClientKey:   po.ClientKey,
+	}
+	switch po.Side {
+	case proto.Side_SIDE_BID:
+		o.Side = market.Bid
+	case proto.Side_SIDE_ASK:
+		o.Side = market.Ask
+	default:
+		return nil, fmt.Errorf("%w: side %v", ErrBookSchema, po.Side)
+	}
+	switch po.TimeInForce {
+	case proto.TimeInForce_TIME_IN_FORCE_GTC:
+		o.TimeInForce = market.GTC
+	case proto.TimeInForce_TIME_IN_FORCE_IOC:
+		o.TimeInForce = market.IOC
+	default:
+		return nil, fmt.Errorf("%w: time in force %v", ErrBookSchema, po.TimeInForce)
+	}
+	if o.LeaseType, err = leaseTypeFromProto(po.LeaseType); err != nil {
+		return nil, err
+	}
+	if c := po.Constraints; c != nil {
+		o.Constraints.Regions = c.Regions
+		o.Constraints.MinAttestation = c.MinAttestation
+		o.Constraints.MinMemoryBytes = c.MinMemoryBytes
+		for _, lt := range c.LeaseTypes {
+			t, err := leaseTypeFromProto(lt)
+			if err != nil {
+				return nil, err
+			}
+			o.Constraints.LeaseTypes = append(o.Constraints.LeaseTypes, t)
+		}
+	}
+	return o, nil
+}
+
+// LeaseTypeToProto converts a market lease type to its wire form.
+func LeaseTypeToProto(t market.LeaseType) proto.LeaseType {
+	switch t {
+	case market.Spot:
+		return proto.LeaseType_LEASE_TYPE_SPOT
+	case market.OnDemand:
+		return proto.LeaseType_LEASE_TYPE_ON_DEMAND
+	case market.Reserved:
+		return proto.LeaseType_LEASE_TYPE_RESERVED
+	}
+	return proto.LeaseType_LEASE_TYPE_UNSPECIFIED
+}
+
+func leaseTypeFromProto(t proto.LeaseType) (market.LeaseType, error) {
+	switch t {
+	case proto.LeaseType_LEASE_TYPE_SPOT:
+		return market.Spot, nil
+	case proto.LeaseType_LEASE_TYPE_ON_DEMAND:
+		return market.OnDemand, nil
+	case proto.LeaseType_LEASE_TYPE_RESERVED:
+		return market.Reserved, nil
+	}
+	return 0, fmt.Errorf("%w: lease type %v", ErrBookSchema, t)
+}
+
+// BookReason is a short label for why a book message was refused.
+func BookReason(err error) string {
+	switch {
+	case errors.Is(err, ErrTooLarge):
+		return "too-large"
+	case errors.Is(err, ErrEnvelope):
+		return "bad-envelope"
+	case errors.Is(err, ErrSigner):
+		return "wrong-signer"
+	case errors.Is(err, ErrBookSchema):
+		return "schema"
+	case errors.Is(err, ErrBookTopic):
+		return "wrong-topic"
+	case errors.Is(err, ErrBookFill):
+		return "bad-fill"
+	}
+	return market.Reason(err)
+}
+
+// MarshalBook encodes a book message deterministically for gossip.
+func MarshalBook(m *proto.BookMessage) ([]byte, error) { return marshalBook(m) }
+
+func marshalBook(m *proto.BookMessage) ([]byte, error) {
+	return gproto.MarshalOptions{Deterministic: true}.Marshal(m)
+}

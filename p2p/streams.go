@@ -1,0 +1,151 @@
+package p2p
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/libp2p/go-msgio/pbio"
+
+	"github.com/suanli/suanli/proto"
+)
+
+// Point-to-point protocols.
+const (
+	// TradeProtocol carries one Take and its TradeReply per stream.
+	TradeProtocol = protocol.ID("/suanli/trade/1.0.0")
+	// SyncProtocol carries one SyncRequest and the open orders and recent
+	// fills of the market as a stream of BookMessages.
+	SyncProtocol = protocol.ID("/suanli/book-sync/1.0.0")
+)
+
+// TradeTimeout bounds a whole take exchange on the maker's side; takers use
+// their context, typically shorter, and skip makers that do not answer.
+const TradeTimeout = 10 * time.Second
+
+// maxSyncMessages bounds what one sync answer may carry.
+const maxSyncMessages = 20000
+
+// TakeHandler answers a Take (its envelope bytes) from a peer.
+type TakeHandler func(ctx context.Context, from peer.ID, take []byte) *proto.TradeReply
+
+// HandleTakes serves TradeProtocol on h with fn.
+func HandleTakes(h host.Host, fn TakeHandler) {
+	h.SetStreamHandler(TradeProtocol, func(s network.Stream) {
+		defer s.Close()
+		s.SetDeadline(time.Now().Add(TradeTimeout))
+		r := pbio.NewDelimitedReader(s, proto.MaxBookMessageSize+1024)
+		var req proto.TradeRequest
+		if err := r.ReadMsg(&req); err != nil || len(req.Take) == 0 {
+			s.Reset()
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), TradeTimeout)
+		defer cancel()
+		reply := fn(ctx, s.Conn().RemotePeer(), req.Take)
+		if reply == nil {
+			s.Reset()
+			return
+		}
+		if err := pbio.NewDelimitedWriter(s).WriteMsg(reply); err != nil {
+			s.Reset()
+		}
+	})
+}
+
+// ErrNoReply is returned when a maker closes a trade stream without answering.
+var ErrNoReply = errors.New("p2p: maker did not answer the take")
+
+// SendTake sends a sealed Take to the maker and waits for its reply.
+func SendTake(ctx context.Context, h host.Host, maker peer.ID, take []byte) (*proto.TradeReply, error) {
+	s, err := h.NewStream(ctx, maker, TradeProtocol)
+	if err != nil {
+		return nil, fmt.Errorf("p2p: open trade stream: %w", err)
+	}
+	defer s.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		s.SetDeadline(dl)
+	}
+	if err := pbio.NewDelimitedWriter(s).WriteMsg(&proto.TradeRequest{Take: take}); err != nil {
+		s.Reset()
+		return nil, fmt.Errorf("p2p: send take: %w", err)
+	}
+	s.CloseWrite()
+	var reply proto.TradeReply
+	if err := pbio.NewDelimitedReader(s, 2*proto.MaxBookMessageSize).ReadMsg(&reply); err != nil {
+		s.Reset()
+		if errors.Is(err, io.EOF) {
+			return nil, ErrNoReply
+		}
+		return nil, fmt.Errorf("p2p: read trade reply: %w", err)
+	}
+	return &reply, nil
+}
+
+// SyncHandler returns the book messages (open orders, recent fills) a
+// late joiner should get for a market.
+type SyncHandler func(market string) []*proto.BookMessage
+
+// HandleSync serves SyncProtocol on h with fn.
+func HandleSync(h host.Host, fn SyncHandler) {
+	h.SetStreamHandler(SyncProtocol, func(s network.Stream) {
+		defer s.Close()
+		s.SetDeadline(time.Now().Add(30 * time.Second))
+		var req proto.SyncRequest
+		if err := pbio.NewDelimitedReader(s, 256).ReadMsg(&req); err != nil {
+			s.Reset()
+			return
+		}
+		w := pbio.NewDelimitedWriter(s)
+		for i, m := range fn(req.Market) {
+			if i >= maxSyncMessages {
+				break
+			}
+			if err := w.WriteMsg(m); err != nil {
+				s.Reset()
+				return
+			}
+		}
+	})
+}
+
+// RequestSync asks p for a market's open orders and recent fills. The
+// caller verifies each message as if it had been gossiped.
+func RequestSync(ctx context.Context, h host.Host, p peer.ID, market string) ([][]byte, error) {
+	s, err := h.NewStream(ctx, p, SyncProtocol)
+	if err != nil {
+		return nil, fmt.Errorf("p2p: open sync stream: %w", err)
+	}
+	defer s.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		s.SetDeadline(dl)
+	}
+	if err := pbio.NewDelimitedWriter(s).WriteMsg(&proto.SyncRequest{Market: market}); err != nil {
+		s.Reset()
+		return nil, err
+	}
+	s.CloseWrite()
+	r := pbio.NewDelimitedReader(s, MaxBookGossipSize)
+	var out [][]byte
+	for len(out) < maxSyncMessages {
+		var m proto.BookMessage
+		if err := r.ReadMsg(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return out, nil
+			}
+			return out, fmt.Errorf("p2p: read sync: %w", err)
+		}
+		b, err := marshalBook(&m)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
