@@ -1,5 +1,16 @@
 // Package gpu reads the local GPU inventory and telemetry through NVML, from
 // real hardware or from simulated DGX machines built on go-nvml's mock servers.
+//
+// Files:
+//
+//	gpu.go        the contract: Device, Inventory, Evidence, Telemetry, Backend
+//	nvml.go       Open (real NVML) and the Backend over any nvml.Interface
+//	inventory.go  inventory, telemetry and attestation over nvml.Interface,
+//	              shared by real and simulated machines
+//	market.go     MarketKey, the normalized GPU class
+//	sim.go        OpenSim, SimModels, Simulator: go-nvml's mock DGX servers
+//	              with telemetry, serials, CC state and sample evidence filled in
+//	simdata/      NVIDIA's sample H100 evidence, embedded for the simulator
 package gpu
 
 import "errors"
