@@ -9,5 +9,9 @@
 // price levels with FIFO queues, cancel, expiry sweep, replay memory);
 // match.go (matching proposals, crossing, fills, spot price); index.go (the
 // manipulation-resistant price index); lease_type.go (spot, on-demand,
-// reserved; reserved discounts; spot preemption).
+// reserved; reserved discounts; spot preemption); lease.go (the lease state
+// machine: starting, running, ending, closed, with a reason); receipt.go
+// (usage receipts: the billing rule, chain checks, countersignatures,
+// equivocation); ledger.go (per-counterparty settlement from countersigned
+// receipts and payment acknowledgements).
 package market
