@@ -37,6 +37,10 @@ type API interface {
 	Book(ctx context.Context, market, currency string) (BookView, error)
 	// Trades are a market's recent fills, newest first.
 	Trades(ctx context.Context, market string) ([]TradeView, error)
+
+	// Attest challenges a provider to prove its GPUs with fresh
+	// confidential-computing evidence, and verifies the answer.
+	Attest(ctx context.Context, provider peer.ID) (AttestReport, error)
 }
 
 // IDInfo identifies a node. Addrs are full multiaddrs ending in /p2p/<id>.

@@ -31,6 +31,9 @@ const (
 	offerFetchTimeout = 5 * time.Second
 	// syncPeers is how many peers a node asks for a market's open orders.
 	syncPeers = 3
+	// meshWait is how long after joining a topic a publication waits for
+	// the first peer in it.
+	meshWait = 2 * time.Second
 )
 
 // bookState is one market's replica in one currency.
@@ -54,6 +57,7 @@ type books struct {
 	mu       sync.Mutex
 	states   map[string]*bookState // by market + "/" + currency
 	topics   map[string]*pubsub.Topic
+	joined   map[string]time.Time     // when each topic was joined
 	limiters map[string]*rate.Limiter // by maker
 	kick     chan string              // markets whose crossing to re-check
 }
@@ -62,6 +66,7 @@ func newBooks() *books {
 	return &books{
 		states:   map[string]*bookState{},
 		topics:   map[string]*pubsub.Topic{},
+		joined:   map[string]time.Time{},
 		limiters: map[string]*rate.Limiter{},
 		kick:     make(chan string, 64),
 	}
@@ -134,12 +139,14 @@ func (n *Node) JoinMarket(ctx context.Context, mkt string) error {
 		return fmt.Errorf("node: subscribe %s: %w", name, err)
 	}
 	n.books.topics[mkt] = t
+	n.books.joined[mkt] = time.Now()
 	n.books.mu.Unlock()
 
 	n.wg.Add(1)
 	go n.readBook(mkt, sub)
+	start := time.Now()
 	n.syncBook(ctx, mkt)
-	n.log.Info("joined market", "market", mkt)
+	n.log.Info("joined market", "market", mkt, "sync", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -251,7 +258,7 @@ func (n *Node) askFacts(ctx context.Context, o *market.Order, seq uint64) error 
 	case offer.GetPricing().GetCurrency() != o.Currency:
 		return fmt.Errorf("ask in %s, offer in %s", o.Currency, offer.GetPricing().GetCurrency())
 	}
-	o.Facts = market.Facts{Region: offer.Region, Attestation: attestationName(offer.Attestation), MemoryBytes: mem}
+	o.Facts = market.Facts{Region: offer.Region, Attestation: n.attestedLevel(ctx, pid, offer), MemoryBytes: mem}
 	return nil
 }
 
@@ -372,6 +379,9 @@ func (n *Node) applyFill(ev *p2p.BookEvent) {
 		n.ownFilled(f, ev.Lease)
 	}
 	n.books.mu.Unlock()
+	if me := n.host.ID().String(); f.Buyer == me || f.Provider == me {
+		n.leaseFromFill(ev)
+	}
 	n.metrics.fills.Inc()
 	if err := n.store.putFill(f.ID, f.Time, ev.Raw); err != nil {
 		n.log.Warn("storing fill failed", "fill", f.ID, "err", err)
@@ -380,18 +390,29 @@ func (n *Node) applyFill(ev *p2p.BookEvent) {
 		"currency", f.Currency, "buyer", short(f.Buyer), "provider", short(f.Provider), "lease", ev.Lease.Id)
 }
 
-// syncBook asks a few connected peers for a market's open orders and
-// recent fills, verifying each message as if it had been gossiped.
+// syncBook asks a few peers that hold the market's book — peers already
+// in its topic, else the market's providers found in the DHT — for its open
+// orders and recent fills, verifying each message as if it had been
+// gossiped. Connecting to them also brings them into the topic's mesh.
 func (n *Node) syncBook(ctx context.Context, mkt string) {
-	peers := n.host.Network().Peers()
-	rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
+	n.books.mu.Lock()
+	t := n.books.topics[mkt]
+	n.books.mu.Unlock()
+	cands := t.ListPeers()
+	if len(cands) < syncPeers {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		for _, ai := range n.dht.Providers(pctx, mkt, 2*syncPeers) {
+			if !slices.Contains(cands, ai.ID) && n.host.Connect(pctx, ai) == nil {
+				cands = append(cands, ai.ID)
+			}
+		}
+		cancel()
+	}
+	rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 	asked := 0
-	for _, p := range peers {
+	for _, p := range cands {
 		if asked == syncPeers {
 			break
-		}
-		if ok, _ := n.host.Peerstore().SupportsProtocols(p, p2p.SyncProtocol); len(ok) == 0 {
-			continue
 		}
 		asked++
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -434,12 +455,12 @@ func (n *Node) syncAnswer(mkt string) []*proto.BookMessage {
 	return out
 }
 
-// publishBook gossips a book message, waiting briefly for the mesh: a
-// message published before any peer joined the topic would be lost, and
-// late joiners get it by sync anyway.
+// publishBook gossips a book message. Right after joining a topic it waits
+// briefly for a peer in it: a message published before the mesh forms can
+// be lost (late joiners get it by sync anyway, so the wait is short).
 func (n *Node) publishBook(ctx context.Context, mkt string, m *proto.BookMessage, ev *p2p.BookEvent) error {
 	n.books.mu.Lock()
-	t := n.books.topics[mkt]
+	t, joined := n.books.topics[mkt], n.books.joined[mkt]
 	n.books.mu.Unlock()
 	if t == nil {
 		return fmt.Errorf("node: not in market %s", mkt)
@@ -448,15 +469,15 @@ func (n *Node) publishBook(ctx context.Context, mkt string, m *proto.BookMessage
 	if err != nil {
 		return err
 	}
-	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	err = t.Publish(rctx, data, pubsub.WithValidatorData(ev), pubsub.WithReadiness(pubsub.MinTopicSize(1)))
-	if err != nil && ctx.Err() == nil {
-		// No peer in the topic yet: publish locally so our own replica has
-		// it; sync carries it to peers that join later.
-		return t.Publish(ctx, data, pubsub.WithValidatorData(ev))
+	if len(t.ListPeers()) == 0 && time.Since(joined) < meshWait {
+		rctx, cancel := context.WithTimeout(ctx, meshWait-time.Since(joined))
+		err := t.Publish(rctx, data, pubsub.WithValidatorData(ev), pubsub.WithReadiness(pubsub.MinTopicSize(1)))
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
 	}
-	return err
+	return t.Publish(ctx, data, pubsub.WithValidatorData(ev))
 }
 
 func (n *Node) kickMarket(mkt string) {

@@ -104,6 +104,7 @@ func startAPI(n *Node, addr string) (*apiServer, error) {
 	mux.HandleFunc("GET "+apiPrefix+"/trades/{market}", s.auth(func(r *http.Request) (any, error) {
 		return n.Trades(r.Context(), r.PathValue("market"))
 	}))
+	registerAttestRoutes(mux, s)
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	if err := writeFileAtomic(filepath.Join(n.repo, apiTokenFile), []byte(s.token+"\n"), 0o600); err != nil {
 		ln.Close()

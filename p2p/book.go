@@ -99,18 +99,18 @@ func BookScoreParams() (*pubsub.PeerScoreParams, *pubsub.PeerScoreThresholds) {
 // BookTopicScoreParams are the per-topic parameters, set on each market topic.
 func BookTopicScoreParams() *pubsub.TopicScoreParams {
 	return &pubsub.TopicScoreParams{
-		TopicWeight:                     1,
-		TimeInMeshWeight:                0.01,
-		TimeInMeshQuantum:               time.Second,
-		TimeInMeshCap:                   3600,
-		FirstMessageDeliveriesWeight:    1,
-		FirstMessageDeliveriesDecay:     pubsub.ScoreParameterDecay(10 * time.Minute),
-		FirstMessageDeliveriesCap:       50,
-		InvalidMessageDeliveriesWeight:  -100,
-		InvalidMessageDeliveriesDecay:   pubsub.ScoreParameterDecay(time.Hour),
-		MeshMessageDeliveriesWeight:     0,
-		MeshFailurePenaltyWeight:        0,
-		SkipAtomicValidation:            true,
+		TopicWeight:                    1,
+		TimeInMeshWeight:               0.01,
+		TimeInMeshQuantum:              time.Second,
+		TimeInMeshCap:                  3600,
+		FirstMessageDeliveriesWeight:   1,
+		FirstMessageDeliveriesDecay:    pubsub.ScoreParameterDecay(10 * time.Minute),
+		FirstMessageDeliveriesCap:      50,
+		InvalidMessageDeliveriesWeight: -100,
+		InvalidMessageDeliveriesDecay:  pubsub.ScoreParameterDecay(time.Hour),
+		MeshMessageDeliveriesWeight:    0,
+		MeshFailurePenaltyWeight:       0,
+		SkipAtomicValidation:           true,
 	}
 }
 

@@ -212,3 +212,21 @@ func (d *DHT) fetch(ctx context.Context, p peer.ID, now time.Time) (Found, error
 	}
 	return Found{Provider: p, Envelope: env, Offer: o}, nil
 }
+
+// Providers finds up to max providers of a market (or AnyMarket) and adds
+// their addresses to the peerstore. The provider channel is always drained.
+func (d *DHT) Providers(ctx context.Context, market string, max int) []peer.AddrInfo {
+	var out []peer.AddrInfo
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for ai := range d.dht.FindProvidersAsync(ctx, proto.MarketCID(market), max) {
+		if ai.ID == d.h.ID() {
+			continue
+		}
+		if len(ai.Addrs) > 0 {
+			d.h.Peerstore().AddAddrs(ai.ID, ai.Addrs, peerstore.TempAddrTTL)
+		}
+		out = append(out, ai)
+	}
+	return out
+}

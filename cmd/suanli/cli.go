@@ -27,6 +27,7 @@ type env struct {
 	stdout, stderr io.Writer
 	repo           string
 	json           bool
+	args           []string // positional arguments of the command, after parse
 }
 
 type command struct {
@@ -44,6 +45,13 @@ func init() {
 		{"gpus", "[--gpu-sim MODEL]", "the local GPU inventory that would be offered", cmdGPUs},
 		{"offers", "[filters]", "search the network for GPU offers", cmdOffers},
 		{"peers", "", "connected peers", cmdPeers},
+		{"ask", "--gpu MARKET --count N --price DECIMAL [flags]", "offer GPU time on the order book (providers)", cmdAsk},
+		{"bid", "--gpu MARKET --count N --price DECIMAL --duration D [flags]", "bid for GPU time; --wait to follow it", cmdBid},
+		{"book", "MARKET", "depth ladder, spread, spot price and index", cmdBook},
+		{"orders", "", "this node's orders", cmdOrders},
+		{"cancel", "ORDER-ID", "withdraw a resting order", cmdCancel},
+		{"trades", "MARKET", "recent trades in a market", cmdTrades},
+		{"attest", "PEER [--timeout D]", "challenge a provider to prove its GPUs (confidential computing)", cmdAttest},
 		{"devnet", "[--providers N] [--buyers M] [--keep]", "run a whole local market on simulated GPUs", cmdDevnet},
 		{"version", "", "print the version", cmdVersion},
 	}
@@ -68,7 +76,7 @@ Usage: suanli [--repo DIR] [--json] COMMAND [flags]
 Commands:
 `)
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-8s %-40s %s\n", c.name, c.args, c.summary)
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, `
 Global flags (before or after the command):
@@ -146,15 +154,31 @@ func addGlobal(fs *flag.FlagSet, e *env) {
 func parse(e *env, fs *flag.FlagSet, args []string, positional int) error {
 	addGlobal(fs, e)
 	fs.SetOutput(e.stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+	// Flags may come before or after positional arguments (book MARKET
+	// --json); everything after "--" is positional.
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return fmt.Errorf("%w: %v", errUsage, err)
 		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+		rest := fs.Args()
+		consumed := args[:len(args)-len(rest)]
+		if len(consumed) > 0 && consumed[len(consumed)-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		if len(rest) == 0 {
+			break
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
 	}
-	if fs.NArg() != positional {
-		return fmt.Errorf("%w: want %d argument(s), got %d: %q", errUsage, positional, fs.NArg(), fs.Args())
+	if len(pos) != positional {
+		return fmt.Errorf("%w: want %d argument(s), got %d: %q", errUsage, positional, len(pos), pos)
 	}
+	e.args = pos
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"sort"
@@ -80,6 +81,7 @@ func cmdOffers(e *env, args []string) error {
 	fs.BoolVar(&q.CCAttested, "cc-attested", false, "only offers carrying confidential-computing evidence")
 	fs.StringVar(&q.Sort, "sort", "price", "sort by price, vram or gpus")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after `duration`")
+	verify := fs.Bool("verify", false, "challenge each provider to attest its GPUs with a fresh nonce (VERIFIED column)")
 	if err := parse(e, fs, args, 0); err != nil {
 		return err
 	}
@@ -103,6 +105,9 @@ func cmdOffers(e *env, args []string) error {
 	offers, err := c.Offers(ctx, q)
 	if err != nil {
 		return err
+	}
+	if *verify && len(offers) > 0 {
+		return printVerified(e, c, offers, attestTimeout)
 	}
 	if e.json {
 		return printJSON(e.stdout, offers)
@@ -151,14 +156,26 @@ func memSummary(gs []node.GPUSummary) string {
 	return gib(gs[0].MemoryBytes)
 }
 
+func dashIfEmpty(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
 func cmdDevnet(e *env, args []string) error {
 	fs := flag.NewFlagSet("devnet", flag.ContinueOnError)
 	providers := fs.Int("providers", 5, "`N` providers on simulated DGX machines")
 	buyers := fs.Int("buyers", 3, "`M` buyers")
 	keep := fs.Bool("keep", false, "keep running until Ctrl-C")
-	timeout := fs.Duration("timeout", 50*time.Second, "fail if discovery takes longer than `duration`")
+	timeout := fs.Duration("timeout", 50*time.Second, "fail if the scenario takes longer than `duration`")
+	logLevel := fs.String("log-level", "warn", "nodes' log level: debug, info, warn or error")
 	if err := parse(e, fs, args, 0); err != nil {
 		return err
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("%w: --log-level: %v", errUsage, err)
 	}
 	if *providers < 1 || *providers > 200 || *buyers < 1 || *buyers > 200 {
 		return fmt.Errorf("%w: --providers and --buyers must be 1..200", errUsage)
@@ -169,7 +186,8 @@ func cmdDevnet(e *env, args []string) error {
 	defer cancel()
 	start := time.Now()
 	fmt.Fprintf(e.stdout, "starting devnet: %d providers, %d buyers on 127.0.0.1\n", *providers, *buyers)
-	net, err := devnet.Start(ctx, devnet.Config{Providers: *providers, Buyers: *buyers})
+	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: lvl}))
+	net, err := devnet.Start(ctx, devnet.Config{Providers: *providers, Buyers: *buyers, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -194,25 +212,51 @@ func cmdDevnet(e *env, args []string) error {
 	}
 	for i, b := range net.Buyers {
 		s := searches[i%len(searches)]
-		want := 0
-		all, err := devnet.WaitFound(ctx, b, node.OfferQuery{}, *providers)
-		if err != nil {
+		if _, err := devnet.WaitFound(ctx, b, node.OfferQuery{}, *providers); err != nil {
 			return fmt.Errorf("buyer %d: %w", i, err)
 		}
-		_ = all
 		offers, err := b.Offers(ctx, s.q)
 		if err != nil {
 			return fmt.Errorf("buyer %d: %w", i, err)
 		}
-		want = len(offers)
-		fmt.Fprintf(e.stdout, "\nbuyer %d %s searches %s: %d offer(s)\n", i, short(b.PeerID().String()), s.label, want)
+		fmt.Fprintf(e.stdout, "\nbuyer %d %s searches %s: %d offer(s)\n", i, short(b.PeerID().String()), s.label, len(offers))
 		if e.json {
 			printJSON(e.stdout, offers)
 		} else if len(offers) > 0 {
 			printOffers(e, offers)
 		}
 	}
-	fmt.Fprintf(e.stdout, "\ndevnet ok: %d providers, %d buyers, every buyer found every offer (%.1fs)\n", *providers, *buyers, time.Since(start).Seconds())
+	fmt.Fprintf(e.stdout, "\nevery buyer found every offer (%.1fs); now the order book:\n", time.Since(start).Seconds())
+	tr, err := net.Trade(ctx)
+	if err != nil {
+		return err
+	}
+	for _, a := range tr.Asks {
+		fmt.Fprintf(e.stdout, "  ask %s: %d GPUs of %s at %s %s (spot)\n", short(a.ID), a.Count, a.Market, a.Price, a.Currency)
+	}
+	for _, b := range tr.Bids {
+		res := b.Status
+		for _, f := range b.Fills {
+			res += fmt.Sprintf(", %d at %s from %s (lease %s)", f.Count, f.Price, short(f.Provider), short(f.Lease))
+		}
+		fmt.Fprintf(e.stdout, "  bid %s: %d GPUs of %s at %s %s: %s\n", short(b.ID), b.Count, b.Market, b.Price, b.Currency, res)
+	}
+	ntrades := 0
+	for _, bk := range tr.Books {
+		ts := tr.Trades[bk.Market]
+		ntrades += len(ts)
+		var prices []string
+		for i := len(ts) - 1; i >= 0; i-- {
+			prices = append(prices, ts[i].Price)
+		}
+		if e.json {
+			printJSON(e.stdout, map[string]any{"book": bk, "trades": ts})
+			continue
+		}
+		fmt.Fprintf(e.stdout, "\n%s: %d trade(s) at %s; spot %s, index %s, best bid %s, best ask %s\n",
+			bk.Market, len(ts), strings.Join(prices, " → "), dashIfEmpty(bk.Spot), dashIfEmpty(bk.Index), dashIfEmpty(bk.BestBid), dashIfEmpty(bk.BestAsk))
+	}
+	fmt.Fprintf(e.stdout, "\ndevnet ok: %d providers, %d buyers, %d trades (%.1fs)\n", *providers, *buyers, ntrades, time.Since(start).Seconds())
 	if *keep {
 		fmt.Fprintln(e.stdout, "running until Ctrl-C; bootstrap with:")
 		for _, a := range net.Providers[0].Addrs() {

@@ -1,0 +1,194 @@
+package devnet
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node"
+)
+
+// Markets are the market keys of the simulated models.
+var Markets = map[string]string{
+	"dgxa100": "nvidia-a100-sxm4-40gb",
+	"dgxh100": "nvidia-h100-sxm5-80gb",
+	"dgxh200": "nvidia-h200-sxm5-141gb",
+	"dgxb200": "nvidia-b200-sxm6-180gb",
+}
+
+// MarketOf is the market a simulated model's GPUs trade in.
+func MarketOf(model string) string { return Markets[model] }
+
+// Trading is what the market scenario did: per market, the trades and the
+// book as the first buyer sees it.
+type Trading struct {
+	Asks   []node.OrderView
+	Bids   []node.OrderView
+	Books  []node.BookView
+	Trades map[string][]node.TradeView
+}
+
+// Trade runs the order-book scenario: every provider asks 4 of its GPUs at
+// a spot price a little under its on-demand price; buyers, round robin over
+// the markets, bid for 3 GPUs with a limit that steps up from below the
+// best ask to above it, so some bids rest and others trade, and the spot
+// price moves. It waits until every node's replica holds every ask before
+// bidding and until the first buyer has seen every trade before returning.
+func (n *Net) Trade(ctx context.Context) (*Trading, error) {
+	out := &Trading{Trades: map[string][]node.TradeView{}}
+	markets := map[string]bool{}
+	for i, p := range n.Providers {
+		m := n.Machines[i]
+		mkt := MarketOf(m.Model)
+		markets[mkt] = true
+		on, err := market.ParseMoney(m.Price, m.Currency)
+		if err != nil {
+			return nil, err
+		}
+		spot := market.FormatMicros(on.Micros*95/100/10_000*10_000, m.Currency) // 5% under, whole cents
+		o, err := p.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: mkt, Count: 4, Price: spot, Currency: m.Currency, Expires: "30m"})
+		if err != nil {
+			return nil, fmt.Errorf("devnet: provider %d ask: %w", i, err)
+		}
+		out.Asks = append(out.Asks, o)
+	}
+	keys := make([]string, 0, len(markets))
+	for k := range markets {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	// Every buyer must hold every ask before bidding, or it would rest a
+	// bid that should have traded.
+	for _, b := range n.Buyers {
+		for _, mkt := range keys {
+			want := 0
+			for _, a := range out.Asks {
+				if a.Market == mkt {
+					want += int(a.Count)
+				}
+			}
+			if err := waitBook(ctx, b, mkt, want); err != nil {
+				return nil, err
+			}
+		}
+	}
+	steps := []int64{15, 25, -10, 5} // cents against the best ask
+	var bidders []*node.Node
+	for i, b := range n.Buyers {
+		for j, mkt := range keys {
+			bk, err := b.Book(ctx, mkt, "USD")
+			if err != nil {
+				return nil, err
+			}
+			best, err := market.ParseMoney(bk.BestAsk, "USD")
+			if err != nil {
+				continue // nothing left to buy in this market
+			}
+			limit := best.Micros + steps[(i+j)%len(steps)]*10_000
+			o, err := b.PlaceOrder(ctx, node.OrderRequest{
+				Side: "bid", Market: mkt, Count: 3, Price: market.FormatMicros(limit, "USD"), Duration: "1h", Expires: "30m",
+			})
+			if err != nil {
+				return nil, fmt.Errorf("devnet: buyer %d bid: %w", i, err)
+			}
+			out.Bids = append(out.Bids, o)
+			bidders = append(bidders, b)
+		}
+	}
+	// Wait until the first buyer has seen every fill the bids made.
+	fills := map[string]bool{}
+	for _, o := range out.Bids {
+		for _, f := range o.Fills {
+			fills[f.ID] = true
+		}
+	}
+	watcher := n.Buyers[0]
+	for {
+		seen := 0
+		for _, mkt := range keys {
+			ts, err := watcher.Trades(ctx, mkt)
+			if err != nil {
+				return nil, err
+			}
+			out.Trades[mkt] = ts
+			for _, t := range ts {
+				if fills[t.ID] {
+					seen++
+				}
+			}
+		}
+		if seen >= len(fills) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("devnet: first buyer saw %d of %d trades: %w", seen, len(fills), ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	// And every bid that still rests: a provider may have taken part of a
+	// resting bid since it was placed, so ask each bidder again.
+	for _, mkt := range keys {
+		for {
+			want := 0
+			for i, o := range out.Bids {
+				if o.Market != mkt {
+					continue
+				}
+				cur, err := bidders[i].Order(ctx, o.ID)
+				if err != nil {
+					return nil, err
+				}
+				out.Bids[i] = cur
+				if cur.Status == "resting" {
+					want += int(cur.Remaining)
+				}
+			}
+			bk, err := watcher.Book(ctx, mkt, "USD")
+			if err != nil {
+				return nil, err
+			}
+			got := 0
+			for _, l := range bk.Bids {
+				got += l.Count
+			}
+			if got == want {
+				out.Books = append(out.Books, bk)
+				out.Trades[mkt], err = watcher.Trades(ctx, mkt)
+				if err != nil {
+					return nil, err
+				}
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("devnet: first buyer sees %d of %d bid GPUs in %s: %w", got, want, mkt, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return out, nil
+}
+
+func waitBook(ctx context.Context, b *node.Node, mkt string, askGPUs int) error {
+	for {
+		bk, err := b.Book(ctx, mkt, "USD")
+		if err != nil {
+			return err
+		}
+		got := 0
+		for _, l := range bk.Asks {
+			got += l.Count
+		}
+		if got >= askGPUs {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("devnet: %s sees %d of %d asked GPUs in %s: %w", b.PeerID(), got, askGPUs, mkt, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
