@@ -1,7 +1,12 @@
 // Package p2p is Suanli's networking: the libp2p host, the private Kademlia
-// DHT with its offer-record validator, and offer publication and discovery.
+// DHT with its offer-record validator, the order-book gossip and its
+// validation, and the point-to-point protocols.
 //
 // Files: host.go (libp2p host with resource and connection limits);
-// offer.go (sealing, opening and validating signed offer envelopes; the DHT
-// record validator); dht.go (the DHT, publishing and finding offers).
+// envelope.go (Seal and Open of any signed kind); offer.go (signed offers
+// and the DHT record validator); dht.go (the DHT: publishing and finding
+// offers, market providers); book.go (gossipsub setup and peer scoring,
+// decoding and verifying book messages: orders, cancels, fills);
+// streams.go (/suanli/trade/1.0.0 and /suanli/book-sync/1.0.0); attest.go
+// (/suanli/attest/1.0.0 challenges).
 package p2p

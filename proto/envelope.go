@@ -1,10 +1,12 @@
 // Package proto holds Suanli's wire schemas (protobuf), the signed-envelope
 // domains and payload types of every signed object, and CID and DHT-key helpers.
 //
-// Files: offer.proto and book.proto with their generated .pb.go (the
-// schemas); envelope.go (the record type that puts any signed kind into a
-// libp2p signed envelope, with its domain and payload type); names.go (CIDs
-// and DHT keys).
+// Files: offer.proto, book.proto, attest.proto and receipt.proto with their
+// generated .pb.go (the schemas); envelope.go (the record type that puts
+// any signed kind into a libp2p signed envelope, with its domain and
+// payload type); receipt_envelope.go (the same for receipts,
+// countersignatures and payment acknowledgements); names.go (CIDs and DHT
+// keys).
 package proto
 
 import (
