@@ -1,6 +1,8 @@
 package node
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -86,18 +88,11 @@ func (m *metrics) watch(n *Node) {
 
 func (m *metrics) observe(tel []gpu.Telemetry) {
 	for i, t := range tel {
-		l := prometheus.Labels{"uuid": t.UUID, "index": itoa(i)}
+		l := prometheus.Labels{"uuid": t.UUID, "index": strconv.Itoa(i)}
 		m.util.With(l).Set(float64(t.UtilizationPercent))
 		m.memUsed.With(l).Set(float64(t.MemoryUsedBytes))
 		m.temp.With(l).Set(float64(t.TemperatureC))
 		m.power.With(l).Set(float64(t.PowerMilliwatts) / 1000)
 		m.energy.With(l).Set(float64(t.EnergyMillijoules) / 1000)
 	}
-}
-
-func itoa(i int) string {
-	if i < 10 {
-		return string(rune('0' + i))
-	}
-	return itoa(i/10) + string(rune('0'+i%10))
 }
