@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
@@ -254,8 +255,11 @@ func OpenFill(f *proto.Fill, now time.Time) (*BookEvent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fill taker order: %w", err)
 	}
-	if tsigner != taker || !bytes.Equal(tpo.Maker, []byte(taker)) {
+	if tsigner != taker {
 		return nil, fmt.Errorf("%w: taker order signed by %s, not the taker %s", ErrSigner, tsigner, taker)
+	}
+	if !bytes.Equal(tpo.Maker, []byte(taker)) {
+		return nil, fmt.Errorf("%w: taker order names another maker than its signer %s", ErrSigner, taker)
 	}
 	to, err := OrderFromProto(tpo)
 	if err != nil {
@@ -265,6 +269,10 @@ func OpenFill(f *proto.Fill, now time.Time) (*BookEvent, error) {
 	l := acc.Lease
 	if l == nil {
 		return nil, fmt.Errorf("%w: accept without lease", ErrBookFill)
+	}
+	lt, err := leaseTypeFromProto(l.LeaseType)
+	if err != nil {
+		return nil, err
 	}
 	buyer, provider := taker, maker
 	if to.Side == market.Ask {
@@ -283,13 +291,20 @@ func OpenFill(f *proto.Fill, now time.Time) (*BookEvent, error) {
 		return nil, fmt.Errorf("%w: price %d", ErrBookFill, take.PriceMicros)
 	case l.Id != acc.TakeId:
 		return nil, fmt.Errorf("%w: lease id is not the take id", ErrBookFill)
+	case take.Quantity > to.Quantity || take.Quantity > market.MaxOrderQuantity:
+		return nil, fmt.Errorf("%w: take of %d GPUs for an order of %d", ErrBookFill, take.Quantity, to.Quantity)
+	case l.LeaseType != take.LeaseType || l.DurationS != take.DurationS:
+		return nil, fmt.Errorf("%w: lease type or duration differs from the take", ErrBookFill)
+	case take.MakerOrderId == "" || len(take.MakerOrderId) > market.MaxOrderIDLen || take.MakerOrderId == to.ID:
+		return nil, fmt.Errorf("%w: maker order id %q", ErrBookFill, take.MakerOrderId)
+	case len(take.Gpus) > 0 && !slices.Equal(take.Gpus, l.Gpus):
+		return nil, fmt.Errorf("%w: lease GPUs differ from the GPUs the provider took with", ErrBookFill)
+	}
+	if _, err := market.LookupCurrency(take.Currency); err != nil {
+		return nil, err
 	}
 	if (to.Side == market.Bid && take.PriceMicros > to.Price) || (to.Side == market.Ask && take.PriceMicros < to.Price) {
 		return nil, fmt.Errorf("%w: trade price %d outside the taker's limit %d", ErrBookFill, take.PriceMicros, to.Price)
-	}
-	lt, err := leaseTypeFromProto(l.LeaseType)
-	if err != nil {
-		return nil, err
 	}
 	fill := &market.Fill{
 		ID:        proto.CIDOf(f.Accept).String(),
@@ -309,6 +324,11 @@ func OpenFill(f *proto.Fill, now time.Time) (*BookEvent, error) {
 	}
 	if fill.Time.Sub(now) > market.MaxClockSkew {
 		return nil, fmt.Errorf("%w: fill from %s in the future", ErrBookFill, fill.Time)
+	}
+	// A book remembers applied fill IDs for MaxOrderTTL after the fill's
+	// time; an older (or backdated) fill could be replayed once forgotten.
+	if fill.Time.Before(time.UnixMilli(take.CreatedUnixMs)) || now.Sub(fill.Time) > market.MaxOrderTTL {
+		return nil, fmt.Errorf("%w: fill from %s is before its take or older than books remember fills", ErrBookFill, fill.Time)
 	}
 	return &BookEvent{Kind: KindFill, Fill: fill, Lease: l, Take: take, TakerOrder: to, Raw: f}, nil
 }

@@ -80,8 +80,8 @@ func SendTake(ctx context.Context, h host.Host, maker peer.ID, take []byte) (*pr
 	var reply proto.TradeReply
 	if err := pbio.NewDelimitedReader(s, 2*proto.MaxBookMessageSize).ReadMsg(&reply); err != nil {
 		s.Reset()
-		if errors.Is(err, io.EOF) {
-			return nil, ErrNoReply
+		if errors.Is(err, io.EOF) || errors.Is(err, network.ErrReset) {
+			return nil, fmt.Errorf("%w: %v", ErrNoReply, err)
 		}
 		return nil, fmt.Errorf("p2p: read trade reply: %w", err)
 	}
