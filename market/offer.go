@@ -1,6 +1,7 @@
 package market
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"regexp"
@@ -104,8 +105,11 @@ func ValidateOffer(o *proto.Offer, now time.Time) error {
 			return fmt.Errorf("%w: GPU %d lacks evidence in a cc-evidence offer", ErrOfferEvidence, i)
 		}
 	}
-	if o.Attestation == proto.AttestationLevel_ATTESTATION_LEVEL_CC_EVIDENCE && len(o.EvidenceNonce) != 32 {
-		return fmt.Errorf("%w: evidence nonce is %d bytes, want 32", ErrOfferEvidence, len(o.EvidenceNonce))
+	if o.Attestation == proto.AttestationLevel_ATTESTATION_LEVEL_CC_EVIDENCE &&
+		!bytes.Equal(o.EvidenceNonce, proto.EvidenceNonce(o.Provider, o.Seq)) {
+		// The nonce binds the evidence to this provider and seq, so no
+		// provider can pass off another's evidence as its own.
+		return fmt.Errorf("%w: evidence nonce is not the offer's own (provider, seq) nonce", ErrOfferEvidence)
 	}
 	p := o.Pricing
 	if p == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -117,7 +118,7 @@ func (d *DHT) PublishOffer(ctx context.Context, env []byte, markets []string) er
 	if err := d.dht.PutValue(ctx, proto.OfferKey(d.h.ID()), env); err != nil {
 		return fmt.Errorf("p2p: put offer: %w", err)
 	}
-	for _, m := range append(markets, AnyMarket) {
+	for _, m := range slices.Concat(markets, []string{AnyMarket}) {
 		if err := d.dht.Provide(ctx, proto.MarketCID(m), true); err != nil {
 			return fmt.Errorf("p2p: provide market %s: %w", m, err)
 		}

@@ -1,6 +1,7 @@
 package p2p
 
 import (
+	"bytes"
 	"fmt"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -39,6 +40,15 @@ func Open[M proto.Signed](b []byte, limit int) (M, peer.ID, error) {
 	env, rec, err := record.ConsumeEnvelope(b, zero.EnvelopeDomain())
 	if err != nil {
 		return zero, "", fmt.Errorf("%w: %v", ErrEnvelope, err)
+	}
+	// Only Ed25519 identities sign in Suanli, and only the canonical
+	// encoding of an envelope is accepted: appended unknown fields would
+	// leave the signature valid but give one object several names (CIDs).
+	if env.PublicKey.Type() != crypto.Ed25519 {
+		return zero, "", fmt.Errorf("%w: signed with a %v key, want Ed25519", ErrEnvelope, env.PublicKey.Type())
+	}
+	if canon, err := env.Marshal(); err != nil || !bytes.Equal(canon, b) {
+		return zero, "", fmt.Errorf("%w: not the canonical encoding of its envelope", ErrEnvelope)
 	}
 	r, ok := rec.(*proto.Record[M])
 	if !ok {

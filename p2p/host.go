@@ -95,7 +95,11 @@ func NewHost(cfg HostConfig) (host.Host, error) {
 	opts := []libp2p.Option{
 		libp2p.Identity(cfg.Key),
 		libp2p.ListenAddrStrings(listen...),
-		libp2p.Transport(tcp.NewTCPTransport),
+		// No port reuse for outgoing TCP: two peers that dial each other at
+		// once (mutual bootstrap) would otherwise merge the dials into one
+		// TCP simultaneous open, where both sides act as TLS client and
+		// the connection fails.
+		libp2p.Transport(tcp.NewTCPTransport, tcp.DisableReuseport()),
 		libp2p.Transport(quic.NewTransport),
 		libp2p.ResourceManager(rm),
 		libp2p.ConnectionManager(cm),
