@@ -145,7 +145,14 @@ func (n *Node) JoinMarket(ctx context.Context, mkt string) error {
 	n.wg.Add(1)
 	go n.readBook(mkt, sub)
 	start := time.Now()
-	n.syncBook(ctx, mkt)
+	if !n.syncBook(ctx, mkt) {
+		// Nobody holding the book answered (a node that is still
+		// bootstrapping knows no one): sync when the first peer joins.
+		if evh, err := t.EventHandler(); err == nil {
+			n.wg.Add(1)
+			go n.syncOnPeer(mkt, evh)
+		}
+	}
 	n.log.Info("joined market", "market", mkt, "sync", time.Since(start).Round(time.Millisecond))
 	return nil
 }
@@ -391,7 +398,8 @@ func (n *Node) applyFill(ev *p2p.BookEvent) {
 // in its topic, else the market's providers found in the DHT — for its open
 // orders and recent fills, verifying each message as if it had been
 // gossiped. Connecting to them also brings them into the topic's mesh.
-func (n *Node) syncBook(ctx context.Context, mkt string) {
+// It reports whether any peer answered.
+func (n *Node) syncBook(ctx context.Context, mkt string) (answered bool) {
 	n.books.mu.Lock()
 	t := n.books.topics[mkt]
 	n.books.mu.Unlock()
@@ -417,6 +425,8 @@ func (n *Node) syncBook(ctx context.Context, mkt string) {
 		cancel()
 		if err != nil {
 			n.log.Debug("book sync failed", "peer", p, "err", err)
+		} else {
+			answered = true
 		}
 		for _, data := range msgs {
 			ev, err := p2p.DecodeBook(data, mkt, n.now())
@@ -429,6 +439,22 @@ func (n *Node) syncBook(ctx context.Context, mkt string) {
 			if n.checkBookEvent(ctx, ev) == pubsub.ValidationAccept {
 				n.applyBook(mkt, ev)
 			}
+		}
+	}
+	return answered
+}
+
+// syncOnPeer syncs a market's book once the first peer joins its topic.
+func (n *Node) syncOnPeer(mkt string, evh *pubsub.TopicEventHandler) {
+	defer n.wg.Done()
+	defer evh.Cancel()
+	for {
+		ev, err := evh.NextPeerEvent(n.ctx)
+		if err != nil {
+			return
+		}
+		if ev.Type == pubsub.PeerJoin && n.syncBook(n.ctx, mkt) {
+			return
 		}
 	}
 }

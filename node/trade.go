@@ -236,7 +236,7 @@ func (n *Node) PlaceOrder(ctx context.Context, req OrderRequest) (OrderView, err
 	n.ownMu.Lock()
 	if o.ClientKey != "" {
 		for _, oo := range n.own {
-			if oo.order.ClientKey == o.ClientKey && oo.status == "taking" {
+			if oo.order.ClientKey == o.ClientKey && oo.order.Market == o.Market && oo.order.Currency == o.Currency {
 				n.ownMu.Unlock()
 				return n.Order(ctx, oo.order.ID)
 			}
