@@ -1,0 +1,67 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestDaemonTrade is the order-book issue's "Done when", with real daemon
+// processes: `ask` on a provider and a crossing `bid --wait` on a buyer make
+// one trade, seen in `trades` and in `book --json` (spot = the trade price)
+// on both and on a third daemon that only watches.
+func TestDaemonTrade(t *testing.T) {
+	t.Parallel()
+	repoP, repoB, repoW := t.TempDir(), t.TempDir(), t.TempDir()
+	startDaemon(t, repoP, "--gpu-sim", "dgxh100", "--region", "CN-GZ", "--price", "2.49")
+	stdout, _ := wantExit(t, []string{"--repo", repoP, "id", "--json"}, 0)
+	_, addrs := idJSON(t, stdout)
+	var boot string
+	for _, a := range addrs {
+		if strings.Contains(a, "/tcp/") {
+			boot = a
+		}
+	}
+	startDaemon(t, repoB, "--no-gpu", "--bootstrap", boot)
+	startDaemon(t, repoW, "--no-gpu", "--bootstrap", boot)
+
+	// The watcher looks at the market before anything happens.
+	wantExit(t, []string{"--repo", repoW, "book", h100Market}, 0)
+	// The provider asks once its offer is published (an ask needs it).
+	poll(t, "the provider's ask", func() (bool, string) {
+		code, out, errOut := runCLI(t, "--repo", repoP, "ask", "--gpu", h100Market, "--count", "4", "--price", "2.40", "--json")
+		return code == 0, out + errOut
+	})
+	poll(t, "the buyer to see the ask", func() (bool, string) {
+		_, out, _ := runCLI(t, "--repo", repoB, "book", h100Market, "--json")
+		return strings.Contains(out, `"price": "2.40"`), out
+	})
+	out, _ := wantExit(t, []string{"--repo", repoB, "bid", "--gpu", h100Market, "--count", "2", "--price", "2.50", "--duration", "1h", "--wait"}, 0)
+	for _, want := range []string{"matched with provider", "2 GPUs at 2.40 USD/GPU-h", "lease "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("bid --wait output lacks %q:\n%s", want, out)
+		}
+	}
+
+	for _, repo := range []string{repoP, repoB, repoW} {
+		poll(t, "the trade on "+repo, func() (bool, string) {
+			_, tout, _ := runCLI(t, "--repo", repo, "trades", h100Market, "--json")
+			var trades []map[string]any
+			if json.Unmarshal([]byte(tout), &trades) != nil || len(trades) != 1 {
+				return false, tout
+			}
+			tr := trades[0]
+			if tr["price"] != "2.40" || tr["count"] != float64(2) || tr["buyer"] == "" || tr["provider"] == "" || tr["lease"] == "" {
+				return false, tout
+			}
+			_, bout, _ := runCLI(t, "--repo", repo, "book", h100Market, "--json")
+			var book map[string]any
+			if json.Unmarshal([]byte(bout), &book) != nil {
+				return false, bout
+			}
+			asks, _ := book["asks"].([]any)
+			bids, _ := book["bids"].([]any)
+			return book["spot"] == "2.40" && book["index"] == "2.40" && len(asks) == 1 && bids != nil && len(bids) == 0, bout
+		})
+	}
+}
