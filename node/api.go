@@ -41,6 +41,9 @@ type API interface {
 	// Attest challenges a provider to prove its GPUs with fresh
 	// confidential-computing evidence, and verifies the answer.
 	Attest(ctx context.Context, provider peer.ID) (AttestReport, error)
+
+	// Leases and settlement (see LeaseAPI).
+	LeaseAPI
 }
 
 // IDInfo identifies a node. Addrs are full multiaddrs ending in /p2p/<id>.

@@ -386,6 +386,9 @@ func (n *Node) applyFill(ev *p2p.BookEvent) {
 		n.ownFilled(f, ev.Lease)
 	}
 	n.books.mu.Unlock()
+	if me := n.host.ID().String(); f.Buyer == me || f.Provider == me {
+		n.leaseFromFill(ev)
+	}
 	n.metrics.fills.Inc()
 	if err := n.store.putFill(f.ID, f.Time, ev.Raw); err != nil {
 		n.log.Warn("storing fill failed", "fill", f.ID, "err", err)

@@ -45,6 +45,10 @@ type options struct {
 	logger     *slog.Logger
 	now        func() time.Time
 	verdictTTL time.Duration // see WithAttestWindow
+	// Leases (see lease.go).
+	executors   []string
+	unpaidGrace time.Duration
+	withhold    bool
 }
 
 // WithRepo sets the repo directory. Required.
@@ -225,7 +229,8 @@ type Node struct {
 	own             map[string]*ownOrder
 	offerMu         sync.Mutex
 	offerCache      map[peer.ID]*proto.Offer
-	attest          *attestState // see attest.go
+	attest          *attestState  // see attest.go
+	leases          *leaseManager // see lease.go
 }
 
 var _ API = (*Node)(nil)
@@ -330,6 +335,9 @@ func New(opts ...Option) (_ *Node, err error) {
 	}
 	p2p.HandleTakes(n.host, n.handleTake)
 	p2p.HandleSync(n.host, n.syncAnswer)
+	if err := n.startLeases(o); err != nil {
+		return nil, err
+	}
 	n.startAttest(o)
 	n.wg.Add(1)
 	go n.crossLoop()
@@ -387,6 +395,7 @@ func (n *Node) Close() error {
 			// Stop accepting streams before waiting for the workers.
 			n.host.RemoveStreamHandler(p2p.TradeProtocol)
 			n.host.RemoveStreamHandler(p2p.SyncProtocol)
+			n.stopLeases()
 		}
 		n.wg.Wait()
 		if n.dht != nil {

@@ -101,6 +101,7 @@ func startAPI(n *Node, addr string) (*apiServer, error) {
 	mux.HandleFunc("GET "+apiPrefix+"/book/{market}", s.auth(func(r *http.Request) (any, error) {
 		return n.Book(r.Context(), r.PathValue("market"), r.URL.Query().Get("currency"))
 	}))
+	registerLeaseRoutes(mux, s, n)
 	mux.HandleFunc("GET "+apiPrefix+"/trades/{market}", s.auth(func(r *http.Request) (any, error) {
 		return n.Trades(r.Context(), r.PathValue("market"))
 	}))

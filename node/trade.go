@@ -38,6 +38,7 @@ type ownOrder struct {
 	status string // resting, filled, cancelled, expired, done (IOC remainder dropped)
 	fills  []TradeView
 	err    string
+	exec   []string // bids: the buyer's command for the process executor
 }
 
 // OrderRequest is a new bid or ask. Prices are decimals in Currency.
@@ -60,6 +61,9 @@ type OrderRequest struct {
 	Regions        []string `json:"regions,omitempty"`
 	MinAttestation string   `json:"min_attestation,omitempty"`
 	MinVRAMGiB     uint64   `json:"min_vram_gib,omitempty"`
+	// Exec is a bid's command, run by the provider's process executor
+	// on the leased GPUs (see Executor); empty: the GPUs are reserved.
+	Exec []string `json:"exec,omitempty"`
 }
 
 // OrderView is an order of this node and its trades.
@@ -242,7 +246,7 @@ func (n *Node) PlaceOrder(ctx context.Context, req OrderRequest) (OrderView, err
 			}
 		}
 	}
-	n.own[o.ID] = &ownOrder{order: *o, env: env, status: "taking"}
+	n.own[o.ID] = &ownOrder{order: *o, env: env, status: "taking", exec: req.Exec}
 	n.ownMu.Unlock()
 
 	// Take what crosses first; only then rest the remainder, so no other

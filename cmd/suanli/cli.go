@@ -51,6 +51,11 @@ func init() {
 		{"orders", "", "this node's orders", cmdOrders},
 		{"cancel", "ORDER-ID", "withdraw a resting order", cmdCancel},
 		{"trades", "MARKET", "recent trades in a market", cmdTrades},
+		{"leases", "", "leases this node is party to", cmdLeases},
+		{"lease", "show|close ID", "one lease; close ends it early", cmdLease},
+		{"logs", "LEASE [-f]", "output of a lease's command (buyer)", cmdLogs},
+		{"receipts", "LEASE | verify LEASE|--file F | export LEASE", "a lease's receipt chain", cmdReceipts},
+		{"settle", "[--peer P] [--csv] | ack --peer P --amount X", "what is owed, per peer and lease; acknowledge payments", cmdSettle},
 		{"attest", "PEER [--timeout D]", "challenge a provider to prove its GPUs (confidential computing)", cmdAttest},
 		{"devnet", "[--providers N] [--buyers M] [--keep]", "run a whole local market on simulated GPUs", cmdDevnet},
 		{"version", "", "print the version", cmdVersion},
@@ -237,6 +242,9 @@ func cmdDaemon(e *env, args []string) error {
 	ttl := fs.Duration("offer-ttl", time.Hour, "offer lifetime; republished at a third of it")
 	passFile := fs.String("passphrase-file", "", "passphrase `file` for an encrypted key")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	billing := fs.Duration("billing-interval", 0, "meter leases and send receipts this often (default 1m)")
+	var executors listFlag
+	fs.Var(&executors, "executor", "allow an `executor` for leases: reserve, process (repeatable; default reserve)")
 	if err := parse(e, fs, args, 0); err != nil {
 		return err
 	}
@@ -267,6 +275,12 @@ func cmdDaemon(e *env, args []string) error {
 	}
 	if *noGPU {
 		opts = append(opts, node.WithoutGPU())
+	}
+	if *billing != 0 {
+		opts = append(opts, node.WithBillingInterval(*billing))
+	}
+	if len(executors) > 0 {
+		opts = append(opts, node.WithExecutors(executors...))
 	}
 	if *region != "" {
 		opts = append(opts, node.WithRegion(*region))

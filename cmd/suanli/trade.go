@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -94,10 +95,19 @@ func cmdBid(e *env, args []string) error {
 	ioc := fs.Bool("ioc", false, "immediate or cancel: take what crosses now, rest nothing")
 	postOnly := fs.Bool("post-only", false, "only rest; refuse if it would trade now")
 	aon := fs.Bool("all-or-none", false, "fill the whole count at once or not at all")
-	wait := fs.Bool("wait", false, "wait and show progress: resting → matched → lease")
+	wait := fs.Bool("wait", false, "wait and show progress: resting → matched → lease → receipts")
+	exec := fs.Bool("exec", false, "run the command after -- on the leased GPUs (the provider's process executor)")
+	var command []string
+	if i := slices.Index(args, "--"); i >= 0 {
+		command, args = args[i+1:], args[:i]
+	}
 	if err := parse(e, fs, args, 0); err != nil {
 		return err
 	}
+	if *exec != (len(command) > 0) {
+		return fmt.Errorf("%w: --exec needs a command after --, and a command needs --exec", errUsage)
+	}
+	f.req.Exec = command
 	if err := f.check(); err != nil {
 		return err
 	}
@@ -160,6 +170,9 @@ func placeOrder(e *env, f orderFlags, wait bool) error {
 		if o.Status != "resting" && o.Status != "taking" {
 			if e.json {
 				return printJSON(e.stdout, o)
+			}
+			if o.Side == "bid" {
+				return followLeases(ctx, e, c, o)
 			}
 			return nil
 		}

@@ -8,12 +8,12 @@ import (
 
 // TestDaemonTrade is the order-book issue's "Done when", with real daemon
 // processes: `ask` on a provider and a crossing `bid --wait` on a buyer make
-// one trade, seen in `trades` and in `book --json` (spot = the trade price)
+// one trade (followed by --wait through its short lease), seen in `trades` and in `book --json` (spot = the trade price)
 // on both and on a third daemon that only watches.
 func TestDaemonTrade(t *testing.T) {
 	t.Parallel()
 	repoP, repoB, repoW := t.TempDir(), t.TempDir(), t.TempDir()
-	startDaemon(t, repoP, "--gpu-sim", "dgxh100", "--region", "CN-GZ", "--price", "2.49")
+	startDaemon(t, repoP, "--gpu-sim", "dgxh100", "--region", "CN-GZ", "--price", "2.49", "--billing-interval", "1s")
 	stdout, _ := wantExit(t, []string{"--repo", repoP, "id", "--json"}, 0)
 	_, addrs := idJSON(t, stdout)
 	var boot string
@@ -29,14 +29,14 @@ func TestDaemonTrade(t *testing.T) {
 	wantExit(t, []string{"--repo", repoW, "book", h100Market}, 0)
 	// The provider asks once its offer is published (an ask needs it).
 	poll(t, "the provider's ask", func() (bool, string) {
-		code, out, errOut := runCLI(t, "--repo", repoP, "ask", "--gpu", h100Market, "--count", "4", "--price", "2.40", "--json")
+		code, out, errOut := runCLI(t, "--repo", repoP, "ask", "--gpu", h100Market, "--count", "4", "--price", "2.40", "--min-duration", "1s", "--json")
 		return code == 0, out + errOut
 	})
 	poll(t, "the buyer to see the ask", func() (bool, string) {
 		_, out, _ := runCLI(t, "--repo", repoB, "book", h100Market, "--json")
 		return strings.Contains(out, `"price": "2.40"`), out
 	})
-	out, _ := wantExit(t, []string{"--repo", repoB, "bid", "--gpu", h100Market, "--count", "2", "--price", "2.50", "--duration", "1h", "--wait"}, 0)
+	out, _ := wantExit(t, []string{"--repo", repoB, "bid", "--gpu", h100Market, "--count", "2", "--price", "2.50", "--duration", "3s", "--wait"}, 0)
 	for _, want := range []string{"matched with provider", "2 GPUs at 2.40 USD/GPU-h", "lease "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("bid --wait output lacks %q:\n%s", want, out)

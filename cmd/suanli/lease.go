@@ -1,0 +1,377 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/suanli/suanli/node"
+)
+
+// Lease and settlement commands: leases, lease show|close, logs, receipts,
+// settle.
+
+func leaseClient(e *env) (*node.Client, context.Context, context.CancelFunc, error) {
+	c, err := node.OpenClient(e.repo)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	return c, ctx, cancel, nil
+}
+
+func cmdLeases(e *env, args []string) error {
+	fs := flag.NewFlagSet("leases", flag.ContinueOnError)
+	if err := parse(e, fs, args, 0); err != nil {
+		return err
+	}
+	c, ctx, cancel, err := leaseClient(e)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	ls, err := c.Leases(ctx)
+	if err != nil {
+		return err
+	}
+	if e.json {
+		return printJSON(e.stdout, ls)
+	}
+	if len(ls) == 0 {
+		fmt.Fprintln(e.stdout, "no leases")
+		return nil
+	}
+	fmt.Fprintf(e.stdout, "%-14s %-8s %-9s %-16s %4s %10s %8s %12s\n", "LEASE", "ROLE", "STATE", "REASON", "GPUS", "PRICE", "RECEIPTS", "OWED")
+	for _, l := range ls {
+		fmt.Fprintf(e.stdout, "%-14s %-8s %-9s %-16s %4d %10s %8d %12s\n", short(l.ID), l.Role, l.State, l.Reason, len(l.GPUs),
+			l.Price+" "+l.Currency, l.Countersigned, l.Cumulative)
+	}
+	return nil
+}
+
+func cmdLease(e *env, args []string) error {
+	if len(args) == 0 || (args[0] != "show" && args[0] != "close") {
+		// Parse anyway, so -h helps and a bad flag is named.
+		fs := flag.NewFlagSet("lease", flag.ContinueOnError)
+		if err := parse(e, fs, args, 0); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: want lease show ID or lease close ID", errUsage)
+	}
+	sub := args[0]
+	fs := flag.NewFlagSet("lease "+sub, flag.ContinueOnError)
+	if err := parse(e, fs, args[1:], 1); err != nil {
+		return err
+	}
+	c, ctx, cancel, err := leaseClient(e)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	var l node.LeaseView
+	if sub == "show" {
+		l, err = c.Lease(ctx, e.args[0])
+	} else {
+		l, err = c.CloseLease(ctx, e.args[0])
+	}
+	if err != nil {
+		return err
+	}
+	if e.json {
+		return printJSON(e.stdout, l)
+	}
+	printLease(e, l)
+	return nil
+}
+
+func printLease(e *env, l node.LeaseView) {
+	fmt.Fprintf(e.stdout, "lease %s (%s)\n  provider %s\n  buyer    %s\n", l.ID, l.Role, l.Provider, l.Buyer)
+	fmt.Fprintf(e.stdout, "  %d GPUs of %s at %s %s/GPU-h (%s), billed every %s\n", len(l.GPUs), l.Market, l.Price, l.Currency, l.LeaseType, l.Interval)
+	fmt.Fprintf(e.stdout, "  %s → %s\n  state %s %s\n", l.Start.Format(time.RFC3339), l.End.Format(time.RFC3339), l.State, l.Reason)
+	fmt.Fprintf(e.stdout, "  receipts %d, countersigned %d, owed %s %s\n", l.Receipts, l.Countersigned, l.Cumulative, l.Currency)
+	if l.Executor != "" {
+		fmt.Fprintf(e.stdout, "  executor %s %s\n", l.Executor, strings.Join(l.Exec, " "))
+	}
+	if l.Exit != nil {
+		fmt.Fprintf(e.stdout, "  exit code %d %s %s\n", l.Exit.Code, l.Exit.Signal, l.Exit.Error)
+	}
+	for _, g := range l.GPUs {
+		fmt.Fprintf(e.stdout, "  gpu %s\n", g)
+	}
+}
+
+func cmdLogs(e *env, args []string) error {
+	fs := flag.NewFlagSet("logs", flag.ContinueOnError)
+	follow := fs.Bool("f", false, "follow: keep printing output until the command ends")
+	if err := parse(e, fs, args, 1); err != nil {
+		return err
+	}
+	c, err := node.OpenClient(e.repo)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	var after uint64
+	for {
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		v, err := c.Logs(qctx, e.args[0], after)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		for _, ch := range v.Chunks {
+			w := e.stdout
+			if ch.Stream == "stderr" {
+				w = e.stderr
+			}
+			fmt.Fprint(w, ch.Data)
+		}
+		after = v.Next
+		if !*follow || v.Done {
+			if v.Exit != nil && *follow {
+				fmt.Fprintf(e.stderr, "[exit code %d %s%s]\n", v.Exit.Code, v.Exit.Signal, v.Exit.Error)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func cmdReceipts(e *env, args []string) error {
+	if len(args) > 0 && args[0] == "verify" {
+		return cmdReceiptsVerify(e, args[1:])
+	}
+	if len(args) > 0 && args[0] == "export" {
+		fs := flag.NewFlagSet("receipts export", flag.ContinueOnError)
+		if err := parse(e, fs, args[1:], 1); err != nil {
+			return err
+		}
+		c, ctx, cancel, err := leaseClient(e)
+		if err != nil {
+			return err
+		}
+		defer cancel()
+		b, err := c.ExportReceipts(ctx, e.args[0])
+		if err != nil {
+			return err
+		}
+		_, err = e.stdout.Write(b)
+		return err
+	}
+	fs := flag.NewFlagSet("receipts", flag.ContinueOnError)
+	if err := parse(e, fs, args, 1); err != nil {
+		return err
+	}
+	c, ctx, cancel, err := leaseClient(e)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	rs, err := c.Receipts(ctx, e.args[0])
+	if err != nil {
+		return err
+	}
+	if e.json {
+		return printJSON(e.stdout, rs)
+	}
+	fmt.Fprintf(e.stdout, "%4s %-20s %-20s %10s %12s %12s %-8s %-8s\n", "SEQ", "FROM", "TO", "GPU-MS", "AMOUNT", "CUMULATIVE", "PROVIDER", "BUYER")
+	for _, r := range rs {
+		fmt.Fprintf(e.stdout, "%4d %-20s %-20s %10d %12s %12s %-8s %-8s\n", r.Seq, r.WindowStart.Format(time.RFC3339), r.WindowEnd.Format(time.RFC3339),
+			r.GPUMillis, r.Amount, r.Cumulative, r.ProviderSignature, r.BuyerSignature)
+	}
+	return nil
+}
+
+// cmdReceiptsVerify re-verifies a chain: from the daemon's storage, or,
+// with --file, an exported chain offline, without a daemon.
+func cmdReceiptsVerify(e *env, args []string) error {
+	fs := flag.NewFlagSet("receipts verify", flag.ContinueOnError)
+	file := fs.String("file", "", "verify an exported chain `file` offline")
+	want := 1
+	for _, a := range args {
+		if a == "--file" || a == "-file" || strings.HasPrefix(a, "--file=") || strings.HasPrefix(a, "-file=") {
+			want = 0
+		}
+	}
+	if err := parse(e, fs, args, want); err != nil {
+		return err
+	}
+	var rep node.ChainReport
+	if *file != "" {
+		b, err := os.ReadFile(*file)
+		if err != nil {
+			return err
+		}
+		if rep, err = node.VerifyExport(b); err != nil {
+			return err
+		}
+	} else {
+		c, ctx, cancel, err := leaseClient(e)
+		if err != nil {
+			return err
+		}
+		defer cancel()
+		if rep, err = c.VerifyReceipts(ctx, e.args[0]); err != nil {
+			return err
+		}
+	}
+	if e.json {
+		if err := printJSON(e.stdout, rep); err != nil {
+			return err
+		}
+	} else if rep.Valid {
+		fmt.Fprintf(e.stdout, "lease %s: %d receipts, %d countersigned, valid; owed %s %s for %d GPU-ms\n",
+			rep.Lease, rep.Receipts, rep.Countersigned, rep.Owed, rep.Currency, rep.GPUMillis)
+	}
+	if !rep.Valid {
+		return fmt.Errorf("lease %s: chain invalid: %s", rep.Lease, rep.Error)
+	}
+	return nil
+}
+
+func cmdSettle(e *env, args []string) error {
+	if len(args) > 0 && args[0] == "ack" {
+		return cmdSettleAck(e, args[1:])
+	}
+	fs := flag.NewFlagSet("settle", flag.ContinueOnError)
+	peerID := fs.String("peer", "", "only the settlement with this `peer`")
+	asCSV := fs.Bool("csv", false, "one CSV row per lease, for accounting")
+	if err := parse(e, fs, args, 0); err != nil {
+		return err
+	}
+	c, ctx, cancel, err := leaseClient(e)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	st, err := c.Settle(ctx, *peerID)
+	if err != nil {
+		return err
+	}
+	switch {
+	case e.json:
+		return printJSON(e.stdout, st)
+	case *asCSV:
+		w := csv.NewWriter(e.stdout)
+		w.Write([]string{"peer", "lease", "role", "currency", "receipts", "gpu_ms", "amount", "paid", "owed"})
+		for _, s := range st {
+			for _, l := range s.Leases {
+				w.Write([]string{s.Peer, l.Lease, l.Role, l.Currency, strconv.FormatUint(l.Receipts, 10), strconv.FormatUint(l.GPUMillis, 10), l.Amount, l.Paid, l.Owed})
+			}
+		}
+		w.Flush()
+		return w.Error()
+	}
+	if len(st) == 0 {
+		fmt.Fprintln(e.stdout, "nothing to settle")
+	}
+	for _, s := range st {
+		fmt.Fprintf(e.stdout, "peer %s\n", s.Peer)
+		for _, l := range s.Leases {
+			fmt.Fprintf(e.stdout, "  lease %s (%s): %d receipts, %d GPU-ms, %s %s, paid %s, owed %s\n", short(l.Lease), l.Role, l.Receipts, l.GPUMillis, l.Amount, l.Currency, l.Paid, l.Owed)
+		}
+		for _, p := range s.Payments {
+			fmt.Fprintf(e.stdout, "  payment %d (%s): %s %s %s\n", p.Seq, p.Role, p.Amount, p.Currency, p.Reference)
+		}
+		for _, t := range s.Totals {
+			fmt.Fprintf(e.stdout, "  total %s: owed to this node %s\n", t.Currency, t.Owed)
+		}
+	}
+	return nil
+}
+
+func cmdSettleAck(e *env, args []string) error {
+	fs := flag.NewFlagSet("settle ack", flag.ContinueOnError)
+	peerID := fs.String("peer", "", "the buyer that paid (required)")
+	amount := fs.String("amount", "", "the `decimal` amount received (required)")
+	currency := fs.String("currency", "USD", "the amount's `currency`")
+	ref := fs.String("reference", "", "the payment's `reference` in its payment system")
+	if err := parse(e, fs, args, 0); err != nil {
+		return err
+	}
+	if *peerID == "" || *amount == "" {
+		return fmt.Errorf("%w: --peer and --amount are required", errUsage)
+	}
+	c, ctx, cancel, err := leaseClient(e)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	p, err := c.AckPayment(ctx, node.PaymentRequest{Peer: *peerID, Amount: *amount, Currency: *currency, Reference: *ref})
+	if err != nil {
+		return err
+	}
+	if e.json {
+		return printJSON(e.stdout, p)
+	}
+	delivered := p.Delivered != nil && *p.Delivered
+	fmt.Fprintf(e.stdout, "payment %d of %s %s acknowledged (delivered to the buyer: %v)\n", p.Seq, p.Amount, p.Currency, delivered)
+	return nil
+}
+
+// followLeases shows a filled bid's leases starting, their receipts as
+// they arrive, and how they close.
+func followLeases(ctx context.Context, e *env, c *node.Client, o node.OrderView) error {
+	for _, t := range o.Fills {
+		if t.Lease == "" {
+			continue
+		}
+		shown, state := 0, ""
+		for {
+			qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			l, err := c.Lease(qctx, t.Lease)
+			var rs []node.ReceiptView
+			if err == nil {
+				rs, err = c.Receipts(qctx, t.Lease)
+			}
+			cancel()
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			if l.State != state {
+				state = l.State
+				fmt.Fprintf(e.stdout, "lease %s: %s %s\n", short(l.ID), l.State, l.Reason)
+			}
+			for ; shown < len(rs); shown++ {
+				r := rs[shown]
+				fmt.Fprintf(e.stdout, "receipt %d: %d GPU-ms, %s %s (total %s), countersigned: %s\n", r.Seq, r.GPUMillis, r.Amount, l.Currency, r.Cumulative, r.BuyerSignature)
+			}
+			if l.State == "closed" && len(rs) > 0 && rs[len(rs)-1].WindowEnd.Equal(minTime(l.End, l.ClosedAt)) {
+				break
+			}
+			if l.ClosedAt != nil && time.Since(*l.ClosedAt) > 15*time.Second {
+				fmt.Fprintf(e.stdout, "lease %s: no more receipts came\n", short(l.ID))
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+func minTime(a time.Time, b *time.Time) time.Time {
+	if b != nil && b.Before(a) {
+		return b.Truncate(time.Millisecond)
+	}
+	return a
+}

@@ -1,0 +1,1053 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+	"github.com/libp2p/go-libp2p/core/peer"
+	gproto "google.golang.org/protobuf/proto"
+
+	"github.com/suanli/suanli/gpu"
+	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/p2p"
+	"github.com/suanli/suanli/proto"
+)
+
+// Lease keys (all written with synced writes):
+//
+//	leasestate/<lease id>            leaseRecord (JSON): role, state, executor, exit
+//	receipt/<lease id>/<seq BE>      proto.SignedReceipt, countersigned or not yet
+//	evidence/<lease id>/<seq BE>     proto.ReceiptChain: two receipts, one seq
+//	payment/<provider>/<buyer>/<seq> sealed proto.PaymentAck
+//	logs/<lease id>/<seq BE>         one output chunk: kind byte ('o', 'e') + data
+
+// leaseStopGrace is how long a workload gets between SIGTERM and SIGKILL.
+const leaseStopGrace = 2 * time.Second
+
+// leaseRecord is a lease's own state, beside its terms (lease/<id>).
+type leaseRecord struct {
+	Role      market.Role        `json:"-"`
+	RoleName  string             `json:"role"` // Role, as stored
+	State     market.LeaseState  `json:"state"`
+	Reason    market.CloseReason `json:"reason"`
+	StartedAt time.Time          `json:"started_at"`
+	EndingAt  time.Time          `json:"ending_at"`
+	ClosedAt  time.Time          `json:"closed_at"`
+	Executor  string             `json:"executor,omitempty"`
+	Exec      []string           `json:"exec,omitempty"` // buyer: the command its order asked for
+	Exit      *ExitResult        `json:"exit,omitempty"`
+	Pgid      int                `json:"pgid,omitempty"` // provider: the running process group
+	HeldSince int64              `json:"held_since_ms,omitempty"`
+	Fill      []byte             `json:"fill,omitempty"` // proto.Fill: the signed take and accept
+	Note      string             `json:"note,omitempty"`
+}
+
+// leaseRun is one lease this node is party to, in memory.
+type leaseRun struct {
+	id    string
+	terms *proto.Lease
+	peer  peer.ID // the counterparty
+
+	mu     sync.Mutex
+	ml     *market.Lease
+	rec    leaseRecord
+	exec   Execution
+	meter  map[string]*gpuMeter
+	logSeq uint64
+	wake   chan struct{}
+	active bool // a loop is running
+}
+
+type gpuMeter struct {
+	utilSum, samples      uint64
+	maxMem                uint64
+	energyFirst, energyAt uint64
+}
+
+// leaseManager is the node's leases and settlement state.
+type leaseManager struct {
+	mu        sync.Mutex
+	runs      map[string]*leaseRun
+	executors map[string]Executor
+	grace     time.Duration // 0: market.DefaultUnpaidGrace intervals
+	withhold  bool          // test hook: never countersign
+	handlers  sync.WaitGroup
+	closed    bool
+}
+
+// WithExecutors sets the executors a provider allows, by name: "reserve"
+// (always allowed) and "process". Default: reserve only.
+func WithExecutors(names ...string) Option {
+	return func(o *options) error {
+		for _, n := range names {
+			if n != ExecReserve && n != ExecProcess {
+				return fmt.Errorf("node: unknown executor %q (want reserve or process)", n)
+			}
+		}
+		o.executors = names
+		return nil
+	}
+}
+
+// WithUnpaidGrace sets how long a receipt may wait for the buyer's
+// countersignature before the lease ends as unpaid. Default: 3 billing
+// intervals.
+func WithUnpaidGrace(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 0 {
+			return errors.New("node: negative unpaid grace")
+		}
+		o.unpaidGrace = d
+		return nil
+	}
+}
+
+// WithWithheldCountersigns makes a buyer store receipts but never
+// countersign them: for tests of the unpaid path.
+func WithWithheldCountersigns() Option {
+	return func(o *options) error { o.withhold = true; return nil }
+}
+
+func (n *Node) newLeaseManager(o options) *leaseManager {
+	m := &leaseManager{runs: map[string]*leaseRun{}, executors: map[string]Executor{ExecReserve: ReserveExecutor{}},
+		grace: o.unpaidGrace, withhold: o.withhold}
+	if slices.Contains(o.executors, ExecProcess) {
+		m.executors[ExecProcess] = ProcessExecutor{OnBusy: n.setBusy}
+	}
+	return m
+}
+
+// setBusy tells a simulated backend that a workload runs on gpus.
+func (n *Node) setBusy(gpus []string, busy bool) {
+	if sim, ok := n.gpus.(gpu.Simulator); ok {
+		for _, g := range gpus {
+			sim.SetBusy(g, busy)
+		}
+	}
+}
+
+// startLeases registers the lease protocols and resumes every stored
+// lease: closed ones are listed, open ones go on (or close with a reason
+// when their end passed while the node was down).
+func (n *Node) startLeases(o options) error {
+	n.leases = n.newLeaseManager(o)
+	p2p.HandleReceipts(n.host, n.guard(n.handleReceiptMsg))
+	p2p.HandleExec(n.ctx, n.host, func(ctx context.Context, from peer.ID, req []byte, out *p2p.FrameWriter) {
+		if !n.leases.enter() {
+			return
+		}
+		defer n.leases.handlers.Done()
+		n.handleExec(ctx, from, req, out)
+	})
+	recs, err := n.store.leaseRecords()
+	if err != nil {
+		return err
+	}
+	now := n.now()
+	for id, rec := range recs {
+		terms, err := n.store.getLease(id)
+		if err != nil {
+			n.log.Warn("lease without terms", "lease", id, "err", err)
+			continue
+		}
+		r, err := n.replayLease(terms, rec)
+		if err != nil {
+			n.log.Warn("lease not resumed", "lease", id, "err", err)
+			continue
+		}
+		n.leases.mu.Lock()
+		n.leases.runs[id] = r
+		n.leases.mu.Unlock()
+		if r.ml.State == market.LeaseClosed && !n.leaseUnsettled(r, now) {
+			continue
+		}
+		if rec.Role == market.RoleProvider && r.ml.State != market.LeaseClosed {
+			if rec.Pgid != 0 {
+				// A workload left behind by a killed daemon: it ran
+				// unwatched, so it goes.
+				syscall.Kill(-rec.Pgid, syscall.SIGKILL)
+				r.rec.Pgid, r.rec.Exit = 0, &ExitResult{Code: -1, Error: "provider restarted"}
+			}
+			r.rec.HeldSince = now.UnixMilli()
+			r.exec, _ = ReserveExecutor{}.Start(n.ctx, Workload{})
+			r.rec.Executor = ExecReserve
+			n.store.putLeaseRecord(id, &r.rec)
+		}
+		n.log.Info("lease resumed", "lease", id, "role", rec.Role, "state", r.ml.State)
+		n.runLease(r)
+	}
+	return nil
+}
+
+// guard wraps a handler so none runs once the node is closing.
+func (n *Node) guard(h p2p.ReceiptHandler) p2p.ReceiptHandler {
+	return func(from peer.ID, kind byte, body []byte) (byte, []byte) {
+		if !n.leases.enter() {
+			return p2p.FrameRefuse, []byte("node closing")
+		}
+		defer n.leases.handlers.Done()
+		return h(from, kind, body)
+	}
+}
+
+func (m *leaseManager) enter() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return false
+	}
+	m.handlers.Add(1)
+	return true
+}
+
+// stopLeases refuses new lease messages, waits for those in flight and
+// stops the running workloads. Leases stay open in storage: a restarted
+// node resumes them.
+func (n *Node) stopLeases() {
+	if n.leases == nil {
+		return
+	}
+	n.host.RemoveStreamHandler(p2p.ReceiptProtocol)
+	n.host.RemoveStreamHandler(p2p.ExecProtocol)
+	n.leases.mu.Lock()
+	n.leases.closed = true
+	runs := make([]*leaseRun, 0, len(n.leases.runs))
+	for _, r := range n.leases.runs {
+		runs = append(runs, r)
+	}
+	n.leases.mu.Unlock()
+	for _, r := range runs {
+		r.mu.Lock()
+		ex := r.exec
+		r.mu.Unlock()
+		if ex != nil {
+			ex.Stop(leaseStopGrace)
+		}
+	}
+	n.leases.handlers.Wait()
+}
+
+// replayLease rebuilds a lease from storage: its events in order.
+func (n *Node) replayLease(terms *proto.Lease, rec leaseRecord) (*leaseRun, error) {
+	ml, err := market.NewLease(terms)
+	if err != nil {
+		return nil, err
+	}
+	r := &leaseRun{id: terms.Id, terms: terms, ml: ml, rec: rec, wake: make(chan struct{}, 1), meter: map[string]*gpuMeter{}}
+	r.peer = peer.ID(terms.Buyer)
+	if rec.Role == market.RoleBuyer {
+		r.peer = peer.ID(terms.Provider)
+	}
+	if !rec.StartedAt.IsZero() {
+		ml.Start(rec.StartedAt)
+	}
+	chain, err := n.store.receipts(terms.Id)
+	if err != nil {
+		return nil, err
+	}
+	for _, sr := range chain {
+		rc, err := decodeReceipt(sr.Receipt)
+		if err != nil {
+			return nil, err
+		}
+		hash := proto.ReceiptHash(sr.Receipt)
+		if err := ml.AddReceipt(rc, hash, n.now()); err != nil {
+			return nil, fmt.Errorf("stored receipt %d: %w", rc.Seq, err)
+		}
+		if len(sr.Countersign) > 0 {
+			cs, err := decodeCountersign(sr.Countersign)
+			if err != nil {
+				return nil, err
+			}
+			if err := ml.AddCountersign(cs, time.UnixMilli(cs.CreatedUnixMs)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	r.logSeq, _ = n.store.lastLogSeq(terms.Id)
+	if rec.State >= market.LeaseEnding && rec.Reason != 0 {
+		if rec.Reason == market.CloseFailed {
+			ml.Fail(rec.EndingAt)
+		} else if err := ml.End(rec.Reason, rec.EndingAt); err != nil {
+			return nil, err
+		}
+	}
+	if rec.State == market.LeaseClosed && ml.State == market.LeaseEnding {
+		ml.Close(rec.ClosedAt)
+	}
+	return r, nil
+}
+
+// leaseFromFill starts a lease from a fill this node is party to; the
+// lease terms are already stored (trade.go). A fill seen again changes
+// nothing.
+func (n *Node) leaseFromFill(ev *p2p.BookEvent) {
+	if ev.Lease == nil || n.leases == nil {
+		return
+	}
+	terms := ev.Lease
+	me := []byte(n.host.ID())
+	var role market.Role
+	switch {
+	case bytes.Equal(terms.Provider, me):
+		role = market.RoleProvider
+	case bytes.Equal(terms.Buyer, me):
+		role = market.RoleBuyer
+	default:
+		return
+	}
+	n.leases.mu.Lock()
+	if _, ok := n.leases.runs[terms.Id]; ok || n.leases.closed {
+		n.leases.mu.Unlock()
+		return
+	}
+	ml, err := market.NewLease(terms)
+	if err != nil {
+		n.leases.mu.Unlock()
+		n.log.Warn("lease terms refused", "lease", terms.Id, "err", err)
+		return
+	}
+	r := &leaseRun{id: terms.Id, terms: terms, ml: ml, wake: make(chan struct{}, 1), meter: map[string]*gpuMeter{}}
+	r.rec.Role = role
+	r.peer = peer.ID(terms.Buyer)
+	if role == market.RoleBuyer {
+		r.peer = peer.ID(terms.Provider)
+	}
+	n.leases.runs[terms.Id] = r
+	n.leases.mu.Unlock()
+	if ev.Raw != nil {
+		r.rec.Fill, _ = gproto.Marshal(ev.Raw)
+	}
+	if role == market.RoleBuyer {
+		n.ownMu.Lock()
+		if oo := n.own[ev.Fill.BidID]; oo != nil {
+			r.rec.Exec = oo.exec
+		}
+		n.ownMu.Unlock()
+	}
+	start := time.UnixMilli(terms.StartUnixMs)
+	r.mu.Lock()
+	if role == market.RoleProvider {
+		r.exec, _ = ReserveExecutor{}.Start(n.ctx, Workload{LeaseID: terms.Id, GPUs: terms.Gpus})
+		r.rec.Executor, r.rec.HeldSince = ExecReserve, terms.StartUnixMs
+	}
+	if now := n.now(); now.After(start) {
+		start = now
+	}
+	r.ml.Start(start)
+	r.syncRecord()
+	err = n.store.putLeaseRecord(terms.Id, &r.rec)
+	r.mu.Unlock()
+	if err != nil {
+		n.log.Error("storing lease state failed", "lease", terms.Id, "err", err)
+	}
+	n.log.Info("lease started", "lease", terms.Id, "role", role, "gpus", len(terms.Gpus))
+	n.runLease(r)
+	if role == market.RoleBuyer && len(r.rec.Exec) > 0 {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.followExec(r)
+		}()
+	}
+}
+
+// syncRecord copies the market lease's state into the record. Holds r.mu.
+func (r *leaseRun) syncRecord() {
+	r.rec.State, r.rec.Reason = r.ml.State, r.ml.Reason
+	r.rec.StartedAt, r.rec.EndingAt, r.rec.ClosedAt = r.ml.StartedAt, r.ml.EndingAt, r.ml.ClosedAt
+}
+
+func (n *Node) runLease(r *leaseRun) {
+	r.mu.Lock()
+	if r.active {
+		r.mu.Unlock()
+		return
+	}
+	r.active = true
+	r.mu.Unlock()
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer func() { r.mu.Lock(); r.active = false; r.mu.Unlock() }()
+		every := min(max(market.BillingInterval(r.terms)/4, 50*time.Millisecond), 250*time.Millisecond)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			var done bool
+			if r.rec.Role == market.RoleProvider {
+				done = n.providerStep(r)
+			} else {
+				done = n.buyerStep(r)
+			}
+			if done {
+				return
+			}
+			select {
+			case <-n.ctx.Done():
+				return
+			case <-t.C:
+			case <-r.wake:
+			}
+		}
+	}()
+}
+
+func (r *leaseRun) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// grace is the unpaid grace of a lease.
+func (n *Node) grace(terms *proto.Lease) time.Duration {
+	if n.leases.grace > 0 {
+		return n.leases.grace
+	}
+	return market.DefaultUnpaidGrace * market.BillingInterval(terms)
+}
+
+// leaseUnsettled reports whether a closed lease still waits for receipts
+// or countersignatures. Holds no lock; reads r under r.mu.
+func (n *Node) leaseUnsettled(r *leaseRun, now time.Time) bool {
+	final := min(market.LeaseEnd(r.terms).UnixMilli(), r.ml.ClosedAt.UnixMilli())
+	if r.ml.StartedAt.IsZero() || r.ml.Chain.WindowEndUnixMs >= final && r.ml.Countersigned.Seq == r.ml.Chain.Seq {
+		return false
+	}
+	return now.Before(r.ml.ClosedAt.Add(n.grace(r.terms) + market.BillingInterval(r.terms)))
+}
+
+// providerStep meters, ends the lease when due, bills due windows and
+// sends receipts not yet countersigned. It reports whether the lease needs
+// no more work.
+func (n *Node) providerStep(r *leaseRun) bool {
+	n.sample(r)
+	now := n.now()
+	r.mu.Lock()
+	var notify market.CloseReason
+	switch {
+	case r.ml.State == market.LeaseRunning && r.ml.Expired(now):
+		n.endLocked(r, market.CloseCompleted, now, "")
+	case r.ml.State == market.LeaseRunning && r.ml.Unpaid(now, n.grace(r.terms)):
+		n.endLocked(r, market.CloseUnpaid, now, "buyer did not countersign within the grace")
+		notify = market.CloseUnpaid
+	}
+	for {
+		w, ok := r.ml.Due(now)
+		if !ok {
+			break
+		}
+		if err := n.billLocked(r, w, now); err != nil {
+			n.log.Error("billing failed", "lease", r.id, "err", err)
+			break
+		}
+	}
+	closedAt := r.ml.ClosedAt
+	r.mu.Unlock()
+	if notify != 0 {
+		n.sendClose(r, notify, closedAt)
+	}
+	n.sendPending(r)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ml.State == market.LeaseClosed && !n.leaseUnsettled(r, n.now())
+}
+
+// endLocked ends and closes a lease at now for reason: the workload stops
+// and the GPUs are handed back. Holds r.mu.
+func (n *Node) endLocked(r *leaseRun, reason market.CloseReason, at time.Time, note string) {
+	if err := r.ml.End(reason, at); err != nil {
+		n.log.Warn("lease end refused", "lease", r.id, "reason", reason, "err", err)
+		return
+	}
+	if r.exec != nil {
+		r.exec.Stop(leaseStopGrace)
+		if r.rec.Executor == ExecProcess {
+			res := r.exec.Result()
+			r.rec.Exit = &res
+		}
+		r.rec.Pgid = 0
+	}
+	r.ml.Close(at)
+	r.syncRecord()
+	if note != "" {
+		r.rec.Note = note
+	}
+	if err := n.store.putLeaseRecord(r.id, &r.rec); err != nil {
+		n.log.Error("storing lease state failed", "lease", r.id, "err", err)
+	}
+	if r.rec.Role == market.RoleProvider {
+		n.store.releaseGPUs(r.terms.Gpus, r.id)
+	}
+	n.log.Info("lease closed", "lease", r.id, "reason", reason, "role", r.rec.Role)
+}
+
+// sample reads the leased GPUs' telemetry into the window's meters.
+func (n *Node) sample(r *leaseRun) {
+	if n.gpus == nil {
+		return
+	}
+	tel, err := n.gpus.Telemetry()
+	if err != nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, t := range tel {
+		if !slices.Contains(r.terms.Gpus, t.UUID) {
+			continue
+		}
+		m := r.meter[t.UUID]
+		if m == nil {
+			m = &gpuMeter{energyFirst: t.EnergyMillijoules}
+			r.meter[t.UUID] = m
+		}
+		m.utilSum += uint64(t.UtilizationPercent)
+		m.samples++
+		m.maxMem = max(m.maxMem, t.MemoryUsedBytes)
+		m.energyAt = t.EnergyMillijoules
+	}
+}
+
+// billLocked signs, stores and adds the receipt for window w. Holds r.mu.
+func (n *Node) billLocked(r *leaseRun, w market.Window, now time.Time) error {
+	ws, we := w.Start.UnixMilli(), w.End.UnixMilli()
+	from := max(ws, r.rec.HeldSince)
+	held := uint64(max(0, we-from))
+	rc := &proto.Receipt{
+		LeaseId: r.id, Seq: r.ml.Chain.Seq + 1, WindowStartUnixMs: ws, WindowEndUnixMs: we,
+		Provider: []byte(n.host.ID()), CreatedUnixMs: max(now.UnixMilli(), we),
+	}
+	if r.ml.Chain.Seq > 0 {
+		rc.PrevHash = r.ml.Chain.Hash
+	}
+	for _, g := range r.terms.Gpus {
+		u := &proto.GPUUsage{Uuid: g, GpuMs: held}
+		if m := r.meter[g]; m != nil && m.samples > 0 {
+			u.MeanUtilizationPermille = uint32(min(1000, m.utilSum*10/m.samples))
+			u.MaxMemoryUsedBytes = m.maxMem
+			if m.energyAt > m.energyFirst {
+				u.EnergyMj = m.energyAt - m.energyFirst
+			}
+		}
+		rc.Usage = append(rc.Usage, u)
+		rc.GpuMs += held
+	}
+	rc.CumulativeGpuMs = r.ml.Chain.GPUMillis + rc.GpuMs
+	total, err := market.Charge(r.terms.PriceMicros, rc.CumulativeGpuMs)
+	if err != nil {
+		return err
+	}
+	rc.AmountMicros, rc.CumulativeMicros = total-r.ml.Chain.Cumulative, total
+	env, err := p2p.Seal(n.key, rc, proto.MaxReceiptSize)
+	if err != nil {
+		return err
+	}
+	hash := proto.ReceiptHash(env)
+	if err := r.ml.AddReceipt(rc, hash, now); err != nil {
+		return err
+	}
+	if err := n.store.putReceipt(r.id, rc.Seq, &proto.SignedReceipt{Receipt: env}); err != nil {
+		return err
+	}
+	clear(r.meter)
+	return nil
+}
+
+// sendPending sends the receipts the buyer has not countersigned, oldest
+// first, and takes its countersignatures.
+func (n *Node) sendPending(r *leaseRun) {
+	r.mu.Lock()
+	from, to := r.ml.Countersigned.Seq+1, r.ml.Chain.Seq
+	r.mu.Unlock()
+	for seq := from; seq <= to; seq++ {
+		sr, err := n.store.getReceipt(r.id, seq)
+		if err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(n.ctx, p2p.ReceiptTimeout)
+		kind, body, err := p2p.SendReceiptMessage(ctx, n.host, r.peer, p2p.FrameReceipt, sr.Receipt)
+		cancel()
+		if err != nil {
+			n.log.Debug("sending receipt failed", "lease", r.id, "seq", seq, "err", err)
+			return
+		}
+		if kind != p2p.FrameCountersign {
+			n.log.Debug("receipt not countersigned", "lease", r.id, "seq", seq, "answer", string(body))
+			return
+		}
+		if err := n.takeCountersign(r, sr, body); err != nil {
+			n.metrics.rejects.WithLabelValues("countersign", market.Reason(err)).Inc()
+			n.log.Warn("countersignature refused", "lease", r.id, "seq", seq, "err", err)
+			return
+		}
+	}
+}
+
+// takeCountersign checks the buyer's countersignature of sr and stores the
+// doubly-signed receipt.
+func (n *Node) takeCountersign(r *leaseRun, sr *proto.SignedReceipt, csEnv []byte) error {
+	cs, signer, err := p2p.Open[*proto.Countersign](csEnv, proto.MaxReceiptSize)
+	if err != nil {
+		return err
+	}
+	if string(signer) != string(r.terms.Buyer) {
+		return fmt.Errorf("%w: signed by %s, not the buyer", market.ErrCountersign, signer)
+	}
+	rc, err := decodeReceipt(sr.Receipt)
+	if err != nil {
+		return err
+	}
+	hash := proto.ReceiptHash(sr.Receipt)
+	if err := market.VerifyCountersign(r.terms, rc, hash, cs); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := n.store.putReceipt(r.id, rc.Seq, &proto.SignedReceipt{Receipt: sr.Receipt, Countersign: csEnv}); err != nil {
+		return err
+	}
+	return r.ml.AddCountersign(cs, n.now())
+}
+
+// buyerStep closes the buyer's lease at its end, or when the provider has
+// gone silent past the grace. It reports whether the lease needs no more
+// work.
+func (n *Node) buyerStep(r *leaseRun) bool {
+	now := n.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.ml.State == market.LeaseRunning && r.ml.Expired(now):
+		n.endLocked(r, market.CloseCompleted, now, "")
+	case r.ml.State == market.LeaseRunning:
+		last := time.UnixMilli(max(r.terms.StartUnixMs, r.ml.Chain.WindowEndUnixMs))
+		if now.After(last.Add(market.BillingInterval(r.terms) + n.grace(r.terms) + 2*time.Second)) {
+			n.endLocked(r, market.CloseBuyer, now, "no receipts from the provider")
+		}
+	}
+	return r.ml.State == market.LeaseClosed && !n.leaseUnsettled(r, now)
+}
+
+// handleReceiptMsg answers the lease protocol's messages.
+func (n *Node) handleReceiptMsg(from peer.ID, kind byte, body []byte) (byte, []byte) {
+	var err error
+	var reply []byte
+	switch kind {
+	case p2p.FrameReceipt:
+		reply, err = n.takeReceipt(from, body)
+		if err == nil {
+			return p2p.FrameCountersign, reply
+		}
+		n.metrics.rejects.WithLabelValues("receipt", market.Reason(err)).Inc()
+		n.log.Debug("receipt refused", "from", shortID(from), "err", err)
+	case p2p.FrameClose:
+		err = n.takeClose(from, body)
+	case p2p.FramePayment:
+		err = n.takePayment(from, body)
+	default:
+		err = fmt.Errorf("unknown message kind %q", kind)
+	}
+	if err != nil {
+		return p2p.FrameRefuse, []byte(err.Error())
+	}
+	return p2p.FrameOK, nil
+}
+
+// errWithheld is the buyer's answer when a test withholds countersignatures.
+var errWithheld = errors.New("node: countersignature withheld")
+
+// takeReceipt is the buyer's check of a receipt: signer, chain, window,
+// amount; then the countersignature, stored with the receipt (synced)
+// before it is returned.
+func (n *Node) takeReceipt(from peer.ID, env []byte) ([]byte, error) {
+	rc, signer, err := p2p.Open[*proto.Receipt](env, proto.MaxReceiptSize)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", market.ErrReceiptSchema, err)
+	}
+	n.leases.mu.Lock()
+	r := n.leases.runs[rc.LeaseId]
+	n.leases.mu.Unlock()
+	switch {
+	case r == nil || r.rec.Role != market.RoleBuyer:
+		return nil, fmt.Errorf("%w: no lease %q bought by this node", market.ErrReceiptLease, rc.LeaseId)
+	case signer != from || string(signer) != string(r.terms.Provider) || !bytes.Equal(rc.Provider, r.terms.Provider):
+		return nil, fmt.Errorf("%w: receipt not signed by the lease's provider", market.ErrReceiptLease)
+	}
+	hash := proto.ReceiptHash(env)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rc.Seq > 0 && rc.Seq <= r.ml.Chain.Seq {
+		stored, err := n.store.getReceipt(r.id, rc.Seq)
+		if err != nil {
+			return nil, err
+		}
+		if !bytes.Equal(proto.ReceiptHash(stored.Receipt), hash) {
+			ev := market.DetectEquivocation(
+				market.SignedReceiptDecoded{Receipt: mustReceipt(stored.Receipt), Hash: proto.ReceiptHash(stored.Receipt)},
+				market.SignedReceiptDecoded{Receipt: rc, Hash: hash})
+			n.store.putEvidence(r.id, rc.Seq, stored.Receipt, env)
+			return nil, ev
+		}
+		if len(stored.Countersign) == 0 {
+			return nil, errWithheld
+		}
+		return stored.Countersign, nil // a resend: the same answer
+	}
+	now := n.now()
+	if err := r.ml.AddReceipt(rc, hash, now); err != nil {
+		var ev *market.Evidence
+		if errors.As(err, &ev) {
+			if stored, gerr := n.store.getReceipt(r.id, rc.Seq); gerr == nil {
+				n.store.putEvidence(r.id, rc.Seq, stored.Receipt, env)
+			}
+		}
+		return nil, err
+	}
+	if n.leases.withhold {
+		if err := n.store.putReceipt(r.id, rc.Seq, &proto.SignedReceipt{Receipt: env}); err != nil {
+			return nil, err
+		}
+		return nil, errWithheld
+	}
+	cs := &proto.Countersign{LeaseId: r.id, Seq: rc.Seq, ReceiptHash: hash, Buyer: []byte(n.host.ID()), CreatedUnixMs: now.UnixMilli()}
+	csEnv, err := p2p.Seal(n.key, cs, proto.MaxReceiptSize)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.store.putReceipt(r.id, rc.Seq, &proto.SignedReceipt{Receipt: env, Countersign: csEnv}); err != nil {
+		return nil, err
+	}
+	if err := r.ml.AddCountersign(cs, now); err != nil {
+		return nil, err
+	}
+	return csEnv, nil
+}
+
+func mustReceipt(env []byte) *proto.Receipt {
+	rc, _ := decodeReceipt(env)
+	return rc
+}
+
+// closeNotice is the body of a FrameClose: who ended the lease, why, when.
+type closeNotice struct {
+	Lease  string             `json:"lease"`
+	Reason market.CloseReason `json:"reason"`
+	AtMs   int64              `json:"at_ms"`
+}
+
+// sendClose tells the counterparty the lease ended.
+func (n *Node) sendClose(r *leaseRun, reason market.CloseReason, at time.Time) {
+	b, _ := json.Marshal(closeNotice{Lease: r.id, Reason: reason, AtMs: at.UnixMilli()})
+	ctx, cancel := context.WithTimeout(n.ctx, p2p.ReceiptTimeout)
+	defer cancel()
+	if kind, body, err := p2p.SendReceiptMessage(ctx, n.host, r.peer, p2p.FrameClose, b); err != nil || kind != p2p.FrameOK {
+		n.log.Debug("close notice not taken", "lease", r.id, "err", err, "answer", string(body))
+	}
+}
+
+// takeClose ends a lease the counterparty ended.
+func (n *Node) takeClose(from peer.ID, body []byte) error {
+	var c closeNotice
+	if err := json.Unmarshal(body, &c); err != nil {
+		return fmt.Errorf("close notice: %v", err)
+	}
+	n.leases.mu.Lock()
+	r := n.leases.runs[c.Lease]
+	n.leases.mu.Unlock()
+	if r == nil || r.peer != from {
+		return fmt.Errorf("no lease %q with this peer", c.Lease)
+	}
+	allowed := []market.CloseReason{market.CloseCompleted, market.CloseBuyer}
+	if r.rec.Role == market.RoleBuyer {
+		allowed = []market.CloseReason{market.CloseCompleted, market.CloseProvider, market.CloseUnpaid, market.ClosePreempted}
+	}
+	if !slices.Contains(allowed, c.Reason) {
+		return fmt.Errorf("reason %s not the counterparty's to give", c.Reason)
+	}
+	now := n.now()
+	r.mu.Lock()
+	if r.ml.State == market.LeaseRunning || r.ml.State == market.LeaseStarting {
+		at := time.UnixMilli(min(max(c.AtMs, r.ml.Chain.WindowEndUnixMs), now.UnixMilli()))
+		n.endLocked(r, c.Reason, at, "closed by the counterparty")
+	}
+	r.mu.Unlock()
+	r.poke()
+	n.runLease(r)
+	return nil
+}
+
+// CloseLease implements API: this node ends the lease early.
+func (n *Node) CloseLease(ctx context.Context, id string) (LeaseView, error) {
+	r, err := n.leaseRun(id)
+	if err != nil {
+		return LeaseView{}, err
+	}
+	reason := market.CloseBuyer
+	if r.rec.Role == market.RoleProvider {
+		reason = market.CloseProvider
+	}
+	r.mu.Lock()
+	if r.ml.State != market.LeaseRunning && r.ml.State != market.LeaseStarting {
+		r.mu.Unlock()
+		return LeaseView{}, badRequest("lease %s is %s", id, r.ml.State)
+	}
+	n.endLocked(r, reason, n.now(), "")
+	at := r.ml.ClosedAt
+	r.mu.Unlock()
+	n.sendClose(r, reason, at)
+	r.poke()
+	n.runLease(r)
+	return n.Lease(ctx, id)
+}
+
+// ErrUnknownLease is returned for a lease this node is not party to.
+var ErrUnknownLease = errors.New("node: no such lease of this node")
+
+func (n *Node) leaseRun(id string) (*leaseRun, error) {
+	n.leases.mu.Lock()
+	defer n.leases.mu.Unlock()
+	r := n.leases.runs[id]
+	if r == nil {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownLease, id)
+	}
+	return r, nil
+}
+
+// LeaseView is a lease this node is party to.
+type LeaseView struct {
+	ID            string      `json:"id"`
+	Role          string      `json:"role"`
+	Provider      string      `json:"provider"`
+	Buyer         string      `json:"buyer"`
+	Market        string      `json:"market"`
+	State         string      `json:"state"`
+	Reason        string      `json:"reason,omitempty"`
+	GPUs          []string    `json:"gpus"`
+	Price         string      `json:"price"`
+	Currency      string      `json:"currency"`
+	PriceMicros   int64       `json:"price_micros"`
+	LeaseType     string      `json:"lease_type"`
+	Start         time.Time   `json:"start"`
+	End           time.Time   `json:"end"`
+	ClosedAt      *time.Time  `json:"closed_at,omitempty"`
+	Interval      string      `json:"billing_interval"`
+	Executor      string      `json:"executor,omitempty"`
+	Exec          []string    `json:"exec,omitempty"`
+	Exit          *ExitResult `json:"exit,omitempty"`
+	Receipts      uint64      `json:"receipts"`
+	Countersigned uint64      `json:"countersigned"`
+	Cumulative    string      `json:"cumulative"`
+	Note          string      `json:"note,omitempty"`
+}
+
+func (r *leaseRun) view() LeaseView {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.terms
+	v := LeaseView{
+		ID: r.id, Role: r.rec.Role.String(), Provider: peer.ID(t.Provider).String(), Buyer: peer.ID(t.Buyer).String(),
+		Market: t.Market, State: r.ml.State.String(), Reason: r.ml.Reason.String(), GPUs: t.Gpus,
+		Price: market.FormatMicros(t.PriceMicros, t.Currency), Currency: t.Currency, PriceMicros: t.PriceMicros,
+		LeaseType: market.LeaseType(t.LeaseType).String(),
+		Start:     time.UnixMilli(t.StartUnixMs).UTC(), End: market.LeaseEnd(t),
+		Interval: market.BillingInterval(t).String(), Executor: r.rec.Executor, Exec: r.rec.Exec, Exit: r.rec.Exit,
+		Receipts: r.ml.Chain.Seq, Countersigned: r.ml.Countersigned.Seq,
+		Cumulative: market.FormatMicros(r.ml.Countersigned.Cumulative, t.Currency), Note: r.rec.Note,
+	}
+	if !r.ml.ClosedAt.IsZero() {
+		c := r.ml.ClosedAt.UTC()
+		v.ClosedAt = &c
+	}
+	return v
+}
+
+// Leases implements API: every lease this node is party to, newest first.
+func (n *Node) Leases(context.Context) ([]LeaseView, error) {
+	n.leases.mu.Lock()
+	runs := make([]*leaseRun, 0, len(n.leases.runs))
+	for _, r := range n.leases.runs {
+		runs = append(runs, r)
+	}
+	n.leases.mu.Unlock()
+	out := make([]LeaseView, 0, len(runs))
+	for _, r := range runs {
+		out = append(out, r.view())
+	}
+	slices.SortFunc(out, func(a, b LeaseView) int {
+		if c := b.Start.Compare(a.Start); c != 0 {
+			return c
+		}
+		return bytes.Compare([]byte(a.ID), []byte(b.ID))
+	})
+	return out, nil
+}
+
+// Lease implements API.
+func (n *Node) Lease(_ context.Context, id string) (LeaseView, error) {
+	r, err := n.leaseRun(id)
+	if err != nil {
+		return LeaseView{}, err
+	}
+	return r.view(), nil
+}
+
+// --- storage ---
+
+func (s *store) syncUpdate(fn func(txn *badger.Txn) error) error {
+	if err := s.db.Update(fn); err != nil {
+		return err
+	}
+	return s.db.Sync()
+}
+
+func (s *store) putLeaseRecord(id string, rec *leaseRecord) error {
+	rec.RoleName = rec.Role.String()
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return s.syncUpdate(func(txn *badger.Txn) error { return txn.Set([]byte("leasestate/"+id), b) })
+}
+
+func (s *store) leaseRecords() (map[string]leaseRecord, error) {
+	out := map[string]leaseRecord{}
+	err := s.scan("leasestate/", func(k, v []byte) error {
+		var rec leaseRecord
+		if err := json.Unmarshal(v, &rec); err != nil {
+			return err
+		}
+		rec.Role = market.RoleBuyer
+		if rec.RoleName == market.RoleProvider.String() {
+			rec.Role = market.RoleProvider
+		}
+		out[string(k)] = rec
+		return nil
+	})
+	return out, err
+}
+
+func (s *store) getLease(id string) (*proto.Lease, error) {
+	var l proto.Lease
+	err := s.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get([]byte("lease/" + id))
+		if err != nil {
+			return err
+		}
+		return item.Value(func(v []byte) error { return gproto.Unmarshal(v, &l) })
+	})
+	return &l, err
+}
+
+// scan calls fn with each key under prefix (the prefix cut off) and value.
+func (s *store) scan(prefix string, fn func(k, v []byte) error) error {
+	return s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix), PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			if err := fn(it.Item().KeyCopy(nil)[len(prefix):], v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func receiptKey(id string, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte("receipt/"+id+"/"), seq)
+}
+
+var receiptMarshal = gproto.MarshalOptions{Deterministic: true}
+
+func (s *store) putReceipt(id string, seq uint64, sr *proto.SignedReceipt) error {
+	b, err := receiptMarshal.Marshal(sr)
+	if err != nil {
+		return err
+	}
+	return s.syncUpdate(func(txn *badger.Txn) error { return txn.Set(receiptKey(id, seq), b) })
+}
+
+func (s *store) getReceipt(id string, seq uint64) (*proto.SignedReceipt, error) {
+	var sr proto.SignedReceipt
+	err := s.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(receiptKey(id, seq))
+		if err != nil {
+			return err
+		}
+		return item.Value(func(v []byte) error { return gproto.Unmarshal(v, &sr) })
+	})
+	return &sr, err
+}
+
+// receiptsRaw is a lease's stored chain, in seq order, as stored.
+func (s *store) receiptsRaw(id string) ([][]byte, error) {
+	var out [][]byte
+	err := s.scan("receipt/"+id+"/", func(_, v []byte) error { out = append(out, v); return nil })
+	return out, err
+}
+
+func (s *store) receipts(id string) ([]*proto.SignedReceipt, error) {
+	raw, err := s.receiptsRaw(id)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*proto.SignedReceipt, 0, len(raw))
+	for _, b := range raw {
+		var sr proto.SignedReceipt
+		if err := gproto.Unmarshal(b, &sr); err != nil {
+			return nil, err
+		}
+		out = append(out, &sr)
+	}
+	return out, nil
+}
+
+func (s *store) putEvidence(id string, seq uint64, a, b []byte) error {
+	v, err := receiptMarshal.Marshal(&proto.ReceiptChain{Receipts: []*proto.SignedReceipt{{Receipt: a}, {Receipt: b}}})
+	if err != nil {
+		return err
+	}
+	key := binary.BigEndian.AppendUint64([]byte("evidence/"+id+"/"), seq)
+	return s.syncUpdate(func(txn *badger.Txn) error { return txn.Set(key, v) })
+}
+
+// evidence counts the equivocation evidence kept for a lease.
+func (s *store) evidence(id string) (int, error) {
+	n := 0
+	err := s.scan("evidence/"+id+"/", func(_, _ []byte) error { n++; return nil })
+	return n, err
+}
+
+func logKey(id string, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte("logs/"+id+"/"), seq)
+}
+
+func (s *store) lastLogSeq(id string) (uint64, error) {
+	var last uint64
+	err := s.scan("logs/"+id+"/", func(k, _ []byte) error { last = binary.BigEndian.Uint64(k); return nil })
+	return last, err
+}
+
+func decodeReceipt(env []byte) (*proto.Receipt, error) {
+	rc, _, err := p2p.Open[*proto.Receipt](env, proto.MaxReceiptSize)
+	return rc, err
+}
+
+func decodeCountersign(env []byte) (*proto.Countersign, error) {
+	cs, _, err := p2p.Open[*proto.Countersign](env, proto.MaxReceiptSize)
+	return cs, err
+}

@@ -1,0 +1,358 @@
+package node
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+	"github.com/libp2p/go-libp2p/core/peer"
+	gproto "google.golang.org/protobuf/proto"
+
+	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/p2p"
+	"github.com/suanli/suanli/proto"
+)
+
+// execRequest is the first frame of an exec stream: the buyer's command
+// for one of its leases.
+type execRequest struct {
+	Lease   string   `json:"lease"`
+	Command []string `json:"command"`
+}
+
+// followExec is the buyer's side of the process executor: it asks the
+// provider to run the order's command and stores the output as it comes.
+func (n *Node) followExec(r *leaseRun) {
+	req, _ := json.Marshal(execRequest{Lease: r.id, Command: r.rec.Exec})
+	ctx, cancel := context.WithTimeout(n.ctx, 30*time.Second)
+	s, err := p2p.OpenExec(ctx, n.host, r.peer, req)
+	cancel()
+	if err != nil {
+		n.log.Warn("exec stream failed", "lease", r.id, "err", err)
+		n.appendLog(r, p2p.FrameStderr, []byte("suanli: "+err.Error()+"\n"))
+		return
+	}
+	defer s.Close()
+	go func() { <-n.ctx.Done(); s.Reset() }()
+	br := bufio.NewReader(s)
+	for {
+		kind, body, err := p2p.ReadFrame(br)
+		if err != nil {
+			return
+		}
+		switch kind {
+		case p2p.FrameStdout, p2p.FrameStderr:
+			n.appendLog(r, kind, body)
+		case p2p.FrameExit:
+			var res ExitResult
+			if json.Unmarshal(body, &res) == nil {
+				r.mu.Lock()
+				r.rec.Exit, r.rec.Executor = &res, ExecProcess
+				n.store.putLeaseRecord(r.id, &r.rec)
+				r.mu.Unlock()
+			}
+			return
+		}
+	}
+}
+
+func (n *Node) appendLog(r *leaseRun, kind byte, data []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.logSeq++
+	v := append([]byte{kind}, data...)
+	if err := n.store.db.Update(func(txn *badger.Txn) error { return txn.Set(logKey(r.id, r.logSeq), v) }); err != nil {
+		n.log.Warn("storing output failed", "lease", r.id, "err", err)
+	}
+}
+
+// handleExec is the provider's side: it runs the buyer's command with the
+// process executor, streaming its output, until it exits or the lease ends.
+func (n *Node) handleExec(ctx context.Context, from peer.ID, body []byte, out *p2p.FrameWriter) {
+	exit := func(res ExitResult) {
+		b, _ := json.Marshal(res)
+		out.Frame(p2p.FrameExit, b)
+	}
+	var req execRequest
+	if err := json.Unmarshal(body, &req); err != nil || len(req.Command) == 0 {
+		exit(ExitResult{Code: -1, Error: "malformed exec request"})
+		return
+	}
+	r, err := n.leaseRun(req.Lease)
+	if err != nil || r.rec.Role != market.RoleProvider || r.peer != from {
+		exit(ExitResult{Code: -1, Error: "no such lease with this buyer"})
+		return
+	}
+	ex, ok := n.leases.executors[ExecProcess]
+	if !ok {
+		exit(ExitResult{Code: -1, Error: ErrExecutor.Error() + ": process (the GPUs stay reserved)"})
+		return
+	}
+	r.mu.Lock()
+	if r.ml.State != market.LeaseRunning || r.rec.Executor == ExecProcess {
+		r.mu.Unlock()
+		exit(ExitResult{Code: -1, Error: "lease not running, or a command already ran"})
+		return
+	}
+	run, err := ex.Start(ctx, Workload{LeaseID: r.id, GPUs: r.terms.Gpus, Command: req.Command,
+		Stdout: lenient{out.Kind(p2p.FrameStdout)}, Stderr: lenient{out.Kind(p2p.FrameStderr)}})
+	if err != nil {
+		r.mu.Unlock()
+		exit(ExitResult{Code: -1, Error: err.Error()})
+		return
+	}
+	if r.exec != nil {
+		r.exec.Stop(0)
+	}
+	r.exec, r.rec.Executor, r.rec.Exec = run, ExecProcess, req.Command
+	if pr, ok := run.(*processRun); ok {
+		r.rec.Pgid = pr.cmd.Process.Pid
+	}
+	n.store.putLeaseRecord(r.id, &r.rec)
+	r.mu.Unlock()
+	n.log.Info("workload started", "lease", r.id, "command", req.Command[0])
+
+	<-run.Done()
+	res := run.Result()
+	r.mu.Lock()
+	r.rec.Exit, r.rec.Pgid = &res, 0
+	n.store.putLeaseRecord(r.id, &r.rec)
+	r.mu.Unlock()
+	n.log.Info("workload ended", "lease", r.id, "code", res.Code, "signal", res.Signal)
+	exit(res)
+}
+
+// lenient drops write errors: a buyer that goes away must not block or
+// kill the workload.
+type lenient struct {
+	w interface{ Write([]byte) (int, error) }
+}
+
+func (l lenient) Write(b []byte) (int, error) { l.w.Write(b); return len(b), nil }
+
+// LogChunk is a piece of a lease's captured output.
+type LogChunk struct {
+	Seq    uint64 `json:"seq"`
+	Stream string `json:"stream"` // stdout or stderr
+	Data   string `json:"data"`
+}
+
+// LogsView is a lease's output after a seq.
+type LogsView struct {
+	Lease  string      `json:"lease"`
+	Chunks []LogChunk  `json:"chunks"`
+	Next   uint64      `json:"next"` // pass as after to follow
+	Done   bool        `json:"done"` // no more will come
+	Exit   *ExitResult `json:"exit,omitempty"`
+}
+
+// Logs implements API: the output of a lease's command after seq after.
+func (n *Node) Logs(_ context.Context, id string, after uint64) (LogsView, error) {
+	r, err := n.leaseRun(id)
+	if err != nil {
+		return LogsView{}, err
+	}
+	v := LogsView{Lease: id, Chunks: []LogChunk{}, Next: after}
+	err = n.store.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte("logs/" + id + "/")})
+		defer it.Close()
+		for it.Seek(logKey(id, after+1)); it.Valid(); it.Next() {
+			k := it.Item().Key()
+			seq := beUint64(k[len(k)-8:])
+			val, err := it.Item().ValueCopy(nil)
+			if err != nil || len(val) == 0 {
+				return err
+			}
+			stream := "stdout"
+			if val[0] == p2p.FrameStderr {
+				stream = "stderr"
+			}
+			v.Chunks = append(v.Chunks, LogChunk{Seq: seq, Stream: stream, Data: string(val[1:])})
+			v.Next = seq
+		}
+		return nil
+	})
+	r.mu.Lock()
+	v.Exit = r.rec.Exit
+	v.Done = r.rec.Exit != nil || (r.ml.State == market.LeaseClosed && n.now().After(r.ml.ClosedAt.Add(5*time.Second)))
+	r.mu.Unlock()
+	return v, err
+}
+
+func beUint64(b []byte) uint64 {
+	var v uint64
+	for _, c := range b {
+		v = v<<8 | uint64(c)
+	}
+	return v
+}
+
+// ReceiptView is one receipt of a lease's chain.
+type ReceiptView struct {
+	Seq               uint64    `json:"seq"`
+	WindowStart       time.Time `json:"window_start"`
+	WindowEnd         time.Time `json:"window_end"`
+	GPUMillis         uint64    `json:"gpu_ms"`
+	Utilization       []uint32  `json:"utilization_permille"`
+	Amount            string    `json:"amount"`
+	Cumulative        string    `json:"cumulative"`
+	AmountMicros      int64     `json:"amount_micros"`
+	CumulativeMicros  int64     `json:"cumulative_micros"`
+	Hash              string    `json:"hash"`
+	ProviderSignature string    `json:"provider_signature"` // valid or invalid
+	BuyerSignature    string    `json:"buyer_signature"`    // valid, invalid or missing
+}
+
+// Receipts implements API: a lease's stored chain, each signature checked.
+func (n *Node) Receipts(_ context.Context, id string) ([]ReceiptView, error) {
+	terms, err := n.store.getLease(id)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownLease, id)
+	}
+	chain, err := n.store.receipts(id)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ReceiptView, 0, len(chain))
+	for _, sr := range chain {
+		v := ReceiptView{ProviderSignature: "invalid", BuyerSignature: "missing", Hash: hex.EncodeToString(proto.ReceiptHash(sr.Receipt))}
+		rc, signer, err := p2p.Open[*proto.Receipt](sr.Receipt, proto.MaxReceiptSize)
+		if err == nil && string(signer) == string(terms.Provider) && bytes.Equal(rc.Provider, terms.Provider) {
+			v.ProviderSignature = "valid"
+		}
+		if rc != nil {
+			v.Seq, v.GPUMillis = rc.Seq, rc.GpuMs
+			v.WindowStart, v.WindowEnd = time.UnixMilli(rc.WindowStartUnixMs).UTC(), time.UnixMilli(rc.WindowEndUnixMs).UTC()
+			v.AmountMicros, v.CumulativeMicros = rc.AmountMicros, rc.CumulativeMicros
+			v.Amount, v.Cumulative = market.FormatMicros(rc.AmountMicros, terms.Currency), market.FormatMicros(rc.CumulativeMicros, terms.Currency)
+			for _, u := range rc.Usage {
+				v.Utilization = append(v.Utilization, u.MeanUtilizationPermille)
+			}
+		}
+		if len(sr.Countersign) > 0 {
+			v.BuyerSignature = "invalid"
+			cs, signer, err := p2p.Open[*proto.Countersign](sr.Countersign, proto.MaxReceiptSize)
+			if err == nil && string(signer) == string(terms.Buyer) && rc != nil &&
+				market.VerifyCountersign(terms, rc, proto.ReceiptHash(sr.Receipt), cs) == nil {
+				v.BuyerSignature = "valid"
+			}
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// ChainReport is the result of re-verifying a lease's receipt chain.
+type ChainReport struct {
+	Lease         string `json:"lease"`
+	Provider      string `json:"provider"`
+	Buyer         string `json:"buyer"`
+	Receipts      uint64 `json:"receipts"`
+	Countersigned uint64 `json:"countersigned"`
+	GPUMillis     uint64 `json:"gpu_ms"`
+	Owed          string `json:"owed"`
+	OwedMicros    int64  `json:"owed_micros"`
+	Currency      string `json:"currency"`
+	Valid         bool   `json:"valid"`
+	Error         string `json:"error,omitempty"`
+}
+
+// VerifyReceipts implements API: every signature and link of a lease's
+// stored chain, checked again.
+func (n *Node) VerifyReceipts(_ context.Context, id string) (ChainReport, error) {
+	terms, err := n.store.getLease(id)
+	if err != nil {
+		return ChainReport{}, fmt.Errorf("%w: %s", ErrUnknownLease, id)
+	}
+	chain, err := n.store.receipts(id)
+	if err != nil {
+		return ChainReport{}, err
+	}
+	return VerifyChain(terms, chain), nil
+}
+
+// ExportReceipts implements API: a lease's signed terms (the fill's sealed
+// Accept) and chain, as a proto.ReceiptChain that VerifyExport checks
+// without a node.
+func (n *Node) ExportReceipts(_ context.Context, id string) ([]byte, error) {
+	r, err := n.leaseRun(id)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	fillB := r.rec.Fill
+	r.mu.Unlock()
+	var fill proto.Fill
+	if err := gproto.Unmarshal(fillB, &fill); err != nil || len(fill.Accept) == 0 {
+		return nil, fmt.Errorf("node: lease %s has no stored signed terms", id)
+	}
+	chain, err := n.store.receipts(id)
+	if err != nil {
+		return nil, err
+	}
+	return receiptMarshal.Marshal(&proto.ReceiptChain{Lease: fill.Accept, Receipts: chain})
+}
+
+// VerifyExport checks an exported chain offline: the terms signed by one
+// of the parties, every receipt signed by the provider, every
+// countersignature by the buyer, and every link and amount.
+func VerifyExport(b []byte) (ChainReport, error) {
+	var rc proto.ReceiptChain
+	if err := gproto.Unmarshal(b, &rc); err != nil {
+		return ChainReport{}, fmt.Errorf("node: not a receipt chain: %w", err)
+	}
+	acc, signer, err := p2p.Open[*proto.Accept](rc.Lease, proto.MaxBookMessageSize)
+	if err != nil {
+		return ChainReport{}, fmt.Errorf("node: lease terms: %w", err)
+	}
+	terms := acc.GetLease()
+	if terms == nil || !bytes.Equal(acc.Maker, []byte(signer)) ||
+		(!bytes.Equal(terms.Provider, []byte(signer)) && !bytes.Equal(terms.Buyer, []byte(signer))) {
+		return ChainReport{}, errors.New("node: lease terms not signed by a party to the lease")
+	}
+	return VerifyChain(terms, rc.Receipts), nil
+}
+
+// VerifyChain checks a chain's signatures against terms, then its links and
+// amounts (market.VerifyChain).
+func VerifyChain(terms *proto.Lease, chain []*proto.SignedReceipt) ChainReport {
+	rep := ChainReport{Lease: terms.Id, Provider: peer.ID(terms.Provider).String(), Buyer: peer.ID(terms.Buyer).String(), Currency: terms.Currency}
+	fail := func(err error) ChainReport { rep.Error = err.Error(); return rep }
+	dec := make([]market.SignedReceiptDecoded, 0, len(chain))
+	for i, sr := range chain {
+		rc, signer, err := p2p.Open[*proto.Receipt](sr.Receipt, proto.MaxReceiptSize)
+		if err != nil {
+			return fail(fmt.Errorf("receipt %d: %w", i+1, err))
+		}
+		if string(signer) != string(terms.Provider) {
+			return fail(fmt.Errorf("receipt %d: signed by %s, not the provider", i+1, signer))
+		}
+		d := market.SignedReceiptDecoded{Receipt: rc, Hash: proto.ReceiptHash(sr.Receipt)}
+		if len(sr.Countersign) > 0 {
+			cs, signer, err := p2p.Open[*proto.Countersign](sr.Countersign, proto.MaxReceiptSize)
+			if err != nil {
+				return fail(fmt.Errorf("countersignature %d: %w", i+1, err))
+			}
+			if string(signer) != string(terms.Buyer) {
+				return fail(fmt.Errorf("countersignature %d: signed by %s, not the buyer", i+1, signer))
+			}
+			d.Countersign = cs
+		}
+		dec = append(dec, d)
+	}
+	sum, err := market.VerifyChain(terms, dec)
+	rep.Receipts, rep.Countersigned = sum.Last.Seq, sum.Countersigned.Seq
+	rep.GPUMillis, rep.OwedMicros = sum.Countersigned.GPUMillis, sum.Countersigned.Cumulative
+	rep.Owed = market.FormatMicros(rep.OwedMicros, terms.Currency)
+	if err != nil {
+		return fail(err)
+	}
+	rep.Valid = true
+	return rep
+}

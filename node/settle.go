@@ -1,0 +1,210 @@
+package node
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/p2p"
+	"github.com/suanli/suanli/proto"
+)
+
+// SettlementView is the node's settlement with one peer, from countersigned
+// receipts and acknowledged payments (market.Ledger).
+type SettlementView struct {
+	Peer     string            `json:"peer"`
+	Leases   []LeaseSettlement `json:"leases"`
+	Payments []PaymentView     `json:"payments"`
+	Totals   []TotalView       `json:"totals"`
+}
+
+// LeaseSettlement is one lease in a settlement.
+type LeaseSettlement struct {
+	Lease        string `json:"lease"`
+	Role         string `json:"role"`
+	Currency     string `json:"currency"`
+	Receipts     uint64 `json:"receipts"`
+	GPUMillis    uint64 `json:"gpu_ms"`
+	Amount       string `json:"amount"` // countersigned cumulative
+	AmountMicros int64  `json:"amount_micros"`
+	Paid         string `json:"paid"`
+	Owed         string `json:"owed"`
+	OwedMicros   int64  `json:"owed_micros"`
+}
+
+// TotalView is a settlement's total in one currency. Owed is what the peer
+// owes this node; negative when this node owes the peer.
+type TotalView struct {
+	Currency   string `json:"currency"`
+	Receivable string `json:"receivable"`
+	Received   string `json:"received"`
+	Payable    string `json:"payable"`
+	Paid       string `json:"paid"`
+	Owed       string `json:"owed"`
+	OwedMicros int64  `json:"owed_micros"`
+}
+
+// PaymentView is an acknowledged payment.
+type PaymentView struct {
+	Role      string    `json:"role"` // provider: the peer paid this node
+	Seq       uint64    `json:"seq"`
+	Amount    string    `json:"amount"`
+	Currency  string    `json:"currency"`
+	Created   time.Time `json:"created"`
+	Reference string    `json:"reference,omitempty"`
+	Delivered *bool     `json:"delivered,omitempty"`
+}
+
+// ledger builds the node's ledger from storage.
+func (n *Node) ledger() (*market.Ledger, error) {
+	l := market.NewLedger([]byte(n.host.ID()))
+	recs, err := n.store.leaseRecords()
+	if err != nil {
+		return nil, err
+	}
+	for id := range recs {
+		terms, err := n.store.getLease(id)
+		if err != nil {
+			continue
+		}
+		chain, err := n.store.receipts(id)
+		if err != nil {
+			return nil, err
+		}
+		for _, sr := range chain {
+			if len(sr.Countersign) == 0 {
+				continue
+			}
+			rc, err := decodeReceipt(sr.Receipt)
+			if err != nil {
+				return nil, err
+			}
+			cs, err := decodeCountersign(sr.Countersign)
+			if err != nil {
+				return nil, err
+			}
+			if _, err := l.AddReceipt(terms, rc, proto.ReceiptHash(sr.Receipt), cs); err != nil {
+				return nil, fmt.Errorf("lease %s seq %d: %w", id, rc.Seq, err)
+			}
+		}
+	}
+	err = n.store.scan("payment/", func(_, v []byte) error {
+		ack, _, err := p2p.Open[*proto.PaymentAck](v, proto.MaxReceiptSize)
+		if err != nil {
+			return err
+		}
+		_, err = l.AddPayment(ack)
+		return err
+	})
+	return l, err
+}
+
+// Settle implements API: the settlement with peer, or with every peer when
+// peer is empty.
+func (n *Node) Settle(_ context.Context, peerID string) ([]SettlementView, error) {
+	l, err := n.ledger()
+	if err != nil {
+		return nil, err
+	}
+	peers := l.Peers()
+	if peerID != "" {
+		p, err := peer.Decode(peerID)
+		if err != nil {
+			return nil, badRequest("peer: %v", err)
+		}
+		peers = []string{string(p)}
+	}
+	out := []SettlementView{}
+	for _, p := range peers {
+		st := l.Statement(p)
+		v := SettlementView{Peer: peer.ID(p).String(), Leases: []LeaseSettlement{}, Payments: []PaymentView{}, Totals: []TotalView{}}
+		for _, ls := range st.Leases {
+			v.Leases = append(v.Leases, LeaseSettlement{
+				Lease: ls.LeaseID, Role: ls.Role.String(), Currency: ls.Currency, Receipts: ls.Receipts, GPUMillis: ls.GPUMillis,
+				Amount: market.FormatMicros(ls.Countersigned, ls.Currency), AmountMicros: ls.Countersigned,
+				Paid: market.FormatMicros(ls.Paid, ls.Currency), Owed: market.FormatMicros(ls.Owed, ls.Currency), OwedMicros: ls.Owed,
+			})
+		}
+		for _, pm := range st.Payments {
+			v.Payments = append(v.Payments, PaymentView{Role: pm.Role.String(), Seq: pm.Seq, Amount: market.FormatMicros(pm.Amount.Micros, pm.Amount.Currency),
+				Currency: pm.Amount.Currency, Created: pm.Created, Reference: pm.Reference})
+		}
+		for _, t := range st.Totals {
+			f := func(m int64) string { return market.FormatMicros(m, t.Currency) }
+			v.Totals = append(v.Totals, TotalView{Currency: t.Currency, Receivable: f(t.Receivable), Received: f(t.Received),
+				Payable: f(t.Payable), Paid: f(t.Paid), Owed: f(t.Owed), OwedMicros: t.Owed})
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// PaymentRequest is a provider's acknowledgement that a buyer paid it.
+type PaymentRequest struct {
+	Peer      string `json:"peer"`
+	Amount    string `json:"amount"` // decimal in Currency
+	Currency  string `json:"currency,omitempty"`
+	Reference string `json:"reference,omitempty"`
+}
+
+// AckPayment implements API: the provider signs a PaymentAck, stores it and
+// sends it to the buyer, whose ledger applies it too.
+func (n *Node) AckPayment(ctx context.Context, req PaymentRequest) (PaymentView, error) {
+	buyer, err := peer.Decode(req.Peer)
+	if err != nil {
+		return PaymentView{}, badRequest("peer: %v", err)
+	}
+	m, err := market.ParseMoney(req.Amount, cmpOr(req.Currency, "USD"))
+	if err != nil {
+		return PaymentView{}, badRequest("amount: %v", err)
+	}
+	prefix := "payment/" + n.host.ID().String() + "/" + buyer.String() + "/"
+	var seq uint64
+	if err := n.store.scan(prefix, func(k, _ []byte) error { seq = binary.BigEndian.Uint64(k); return nil }); err != nil {
+		return PaymentView{}, err
+	}
+	ack := &proto.PaymentAck{Provider: []byte(n.host.ID()), Buyer: []byte(buyer), AmountMicros: m.Micros, Currency: m.Currency,
+		Seq: seq + 1, CreatedUnixMs: n.now().UnixMilli(), Reference: req.Reference}
+	if _, err := market.NewLedger(ack.Provider).AddPayment(ack); err != nil {
+		return PaymentView{}, badRequest("%v", err)
+	}
+	env, err := p2p.Seal(n.key, ack, proto.MaxReceiptSize)
+	if err != nil {
+		return PaymentView{}, err
+	}
+	if err := n.store.putPayment(ack, env); err != nil {
+		return PaymentView{}, err
+	}
+	kind, body, err := p2p.SendReceiptMessage(ctx, n.host, buyer, p2p.FramePayment, env)
+	delivered := err == nil && kind == p2p.FrameOK
+	if !delivered {
+		n.log.Warn("payment acknowledgement not delivered", "buyer", shortID(buyer), "err", err, "answer", string(body))
+	}
+	return PaymentView{Role: market.RoleProvider.String(), Seq: ack.Seq, Amount: market.FormatMicros(m.Micros, m.Currency),
+		Currency: m.Currency, Created: time.UnixMilli(ack.CreatedUnixMs).UTC(), Reference: req.Reference, Delivered: &delivered}, nil
+}
+
+// takePayment is the buyer's side of a payment acknowledgement.
+func (n *Node) takePayment(from peer.ID, env []byte) error {
+	ack, signer, err := p2p.Open[*proto.PaymentAck](env, proto.MaxReceiptSize)
+	if err != nil {
+		return err
+	}
+	if signer != from || string(ack.Provider) != string(signer) || string(ack.Buyer) != string(n.host.ID()) {
+		return fmt.Errorf("%w: not from its provider to this node", market.ErrPayment)
+	}
+	if _, err := market.NewLedger(ack.Buyer).AddPayment(ack); err != nil {
+		return err
+	}
+	return n.store.putPayment(ack, env)
+}
+
+func (s *store) putPayment(ack *proto.PaymentAck, env []byte) error {
+	key := binary.BigEndian.AppendUint64([]byte("payment/"+peer.ID(ack.Provider).String()+"/"+peer.ID(ack.Buyer).String()+"/"), ack.Seq)
+	return s.syncUpdate(func(txn *badger.Txn) error { return txn.Set(key, env) })
+}
