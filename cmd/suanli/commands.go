@@ -256,7 +256,29 @@ func cmdDevnet(e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "\n%s: %d trade(s) at %s; spot %s, index %s, best bid %s, best ask %s\n",
 			bk.Market, len(ts), strings.Join(prices, " → "), dashIfEmpty(bk.Spot), dashIfEmpty(bk.Index), dashIfEmpty(bk.BestBid), dashIfEmpty(bk.BestAsk))
 	}
-	fmt.Fprintf(e.stdout, "\ndevnet ok: %d providers, %d buyers, %d trades (%.1fs)\n", *providers, *buyers, ntrades, time.Since(start).Seconds())
+	fmt.Fprintf(e.stdout, "\nleases of %s run with receipts every second; settling when all have closed...\n", devnet.LeaseDuration)
+	stmts, err := net.Settle(ctx)
+	if err != nil {
+		return err
+	}
+	for _, st := range stmts {
+		if e.json {
+			printJSON(e.stdout, st)
+			continue
+		}
+		fmt.Fprintf(e.stdout, "\nbuyer %s ↔ provider %s\n", short(st.Buyer), short(st.Provider))
+		for _, l := range st.BuyerView.Leases {
+			fmt.Fprintf(e.stdout, "  lease %s: %d receipts, %.1f GPU-s, %s %s\n", short(l.Lease), l.Receipts, float64(l.GPUMillis)/1000, l.Amount, l.Currency)
+		}
+		for i, t := range st.BuyerView.Totals {
+			agree := "provider's ledger agrees"
+			if i >= len(st.ProviderView.Totals) || st.ProviderView.Totals[i].OwedMicros != -t.OwedMicros {
+				agree = "PROVIDER'S LEDGER DIFFERS"
+			}
+			fmt.Fprintf(e.stdout, "  buyer owes %s %s (%s)\n", market.FormatMicros(-t.OwedMicros, t.Currency), t.Currency, agree)
+		}
+	}
+	fmt.Fprintf(e.stdout, "\ndevnet ok: %d providers, %d buyers, %d trades, %d settled pairs (%.1fs)\n", *providers, *buyers, ntrades, len(stmts), time.Since(start).Seconds())
 	if *keep {
 		fmt.Fprintln(e.stdout, "running until Ctrl-C; bootstrap with:")
 		for _, a := range net.Providers[0].Addrs() {

@@ -47,6 +47,9 @@ type Config struct {
 	Dir string
 	// OfferTTL of the providers' offers; default 10 minutes.
 	OfferTTL time.Duration
+	// BillingInterval of the leases providers sign; default 1 s, so a
+	// devnet lease produces receipts within seconds.
+	BillingInterval time.Duration
 	// Logger for the nodes; default discards everything below Warn.
 	Logger *slog.Logger
 	// NodeOptions are added to every node's options.
@@ -92,11 +95,15 @@ func Start(ctx context.Context, cfg Config) (_ *Net, err error) {
 	if ttl == 0 {
 		ttl = 10 * time.Minute
 	}
+	billing := cfg.BillingInterval
+	if billing == 0 {
+		billing = time.Second
+	}
 	base := func(name string) []node.Option {
 		return append([]node.Option{
 			node.WithRepo(filepath.Join(net.dir, name)), node.WithAutoInit(),
 			node.WithListen("/ip4/127.0.0.1/tcp/0"), node.WithAPI("127.0.0.1:0"),
-			node.WithLogger(log), node.WithOfferTTL(ttl),
+			node.WithLogger(log), node.WithOfferTTL(ttl), node.WithBillingInterval(billing),
 		}, cfg.NodeOptions...)
 	}
 	var boot []string

@@ -21,6 +21,10 @@ var Markets = map[string]string{
 // MarketOf is the market a simulated model's GPUs trade in.
 func MarketOf(model string) string { return Markets[model] }
 
+// LeaseDuration is how long the scenario's bids lease GPUs: a few billing
+// intervals, so leases run to settlement while the devnet watches.
+const LeaseDuration = 5 * time.Second
+
 // Trading is what the market scenario did: per market, the trades and the
 // book as the first buyer sees it.
 type Trading struct {
@@ -48,7 +52,7 @@ func (n *Net) Trade(ctx context.Context) (*Trading, error) {
 			return nil, err
 		}
 		spot := market.FormatMicros(on.Micros*95/100/10_000*10_000, m.Currency) // 5% under, whole cents
-		o, err := p.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: mkt, Count: 4, Price: spot, Currency: m.Currency, Expires: "30m"})
+		o, err := p.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: mkt, Count: 4, Price: spot, Currency: m.Currency, Expires: "30m", MinDuration: "1s"})
 		if err != nil {
 			return nil, fmt.Errorf("devnet: provider %d ask: %w", i, err)
 		}
@@ -88,7 +92,7 @@ func (n *Net) Trade(ctx context.Context) (*Trading, error) {
 			}
 			limit := best.Micros + steps[(i+j)%len(steps)]*10_000
 			o, err := b.PlaceOrder(ctx, node.OrderRequest{
-				Side: "bid", Market: mkt, Count: 3, Price: market.FormatMicros(limit, "USD"), Duration: "1h", Expires: "30m",
+				Side: "bid", Market: mkt, Count: 3, Price: market.FormatMicros(limit, "USD"), Duration: LeaseDuration.String(), Expires: "30m",
 			})
 			if err != nil {
 				return nil, fmt.Errorf("devnet: buyer %d bid: %w", i, err)
@@ -191,4 +195,65 @@ func waitBook(ctx context.Context, b *node.Node, mkt string, askGPUs int) error 
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// Statement is one buyer's settlement with one provider, as both see it.
+type Statement struct {
+	Buyer, Provider string
+	// BuyerView and ProviderView are each side's settlement with the other.
+	BuyerView, ProviderView node.SettlementView
+}
+
+// Settle waits until every lease on every node has closed, then returns
+// each buyer–provider pair's statement from both sides.
+func (n *Net) Settle(ctx context.Context) ([]Statement, error) {
+	for _, nd := range n.Nodes() {
+		for {
+			ls, err := nd.Leases(ctx)
+			if err != nil {
+				return nil, err
+			}
+			open := 0
+			for _, l := range ls {
+				if l.State != "closed" {
+					open++
+				}
+			}
+			if open == 0 {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("devnet: %s still has %d open leases: %w", nd.PeerID(), open, ctx.Err())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	byID := map[string]*node.Node{}
+	for _, p := range n.Providers {
+		byID[p.PeerID().String()] = p
+	}
+	var out []Statement
+	for _, b := range n.Buyers {
+		views, err := b.Settle(ctx, "")
+		if err != nil {
+			return nil, err
+		}
+		for _, bv := range views {
+			p := byID[bv.Peer]
+			if p == nil {
+				continue
+			}
+			pvs, err := p.Settle(ctx, b.PeerID().String())
+			if err != nil {
+				return nil, err
+			}
+			st := Statement{Buyer: b.PeerID().String(), Provider: bv.Peer, BuyerView: bv}
+			if len(pvs) == 1 {
+				st.ProviderView = pvs[0]
+			}
+			out = append(out, st)
+		}
+	}
+	return out, nil
 }
