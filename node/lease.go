@@ -649,7 +649,9 @@ func (n *Node) handleReceiptMsg(from peer.ID, kind byte, body []byte) (byte, []b
 		if err == nil {
 			return p2p.FrameCountersign, reply
 		}
-		n.metrics.rejects.WithLabelValues("receipt", market.Reason(err)).Inc()
+		// BookReason labels envelope and signer failures, then the
+		// market's receipt reasons.
+		n.metrics.rejects.WithLabelValues("receipt", p2p.BookReason(err)).Inc()
 		n.log.Debug("receipt refused", "from", shortID(from), "err", err)
 	case p2p.FrameClose:
 		err = n.takeClose(from, body)
@@ -673,7 +675,7 @@ var errWithheld = errors.New("node: countersignature withheld")
 func (n *Node) takeReceipt(from peer.ID, env []byte) ([]byte, error) {
 	rc, signer, err := p2p.Open[*proto.Receipt](env, proto.MaxReceiptSize)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", market.ErrReceiptSchema, err)
+		return nil, fmt.Errorf("receipt: %w", err) // bad envelope or too large
 	}
 	n.leases.mu.Lock()
 	r := n.leases.runs[rc.LeaseId]
@@ -682,7 +684,7 @@ func (n *Node) takeReceipt(from peer.ID, env []byte) ([]byte, error) {
 	case r == nil || r.rec.Role != market.RoleBuyer:
 		return nil, fmt.Errorf("%w: no lease %q bought by this node", market.ErrReceiptLease, rc.LeaseId)
 	case signer != from || string(signer) != string(r.terms.Provider) || !bytes.Equal(rc.Provider, r.terms.Provider):
-		return nil, fmt.Errorf("%w: receipt not signed by the lease's provider", market.ErrReceiptLease)
+		return nil, fmt.Errorf("%w: receipt not signed by the lease's provider", p2p.ErrSigner)
 	}
 	hash := proto.ReceiptHash(env)
 	r.mu.Lock()
