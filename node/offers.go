@@ -20,7 +20,7 @@ func (n *Node) Offers(ctx context.Context, q OfferQuery) ([]OfferView, error) {
 		return nil, err
 	}
 	key := p2p.AnyMarket
-	if market.ValidMarketKey(q.GPU) && q.GPU != "" && isFullMarketKey(q.GPU) {
+	if market.ValidMarketKey(q.GPU) && isFullMarketKey(q.GPU) {
 		key = q.GPU
 	}
 	found, ferr := n.dht.FindOffers(ctx, p2p.FindConfig{Market: key, Now: n.now})
