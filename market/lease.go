@@ -86,12 +86,15 @@ const (
 	CloseUnpaid
 	// CloseFailed: the GPUs or the executor failed.
 	CloseFailed
+	// CloseExited: the lease's workload ended by itself (its exit code is
+	// kept beside the lease); billing stops with it.
+	CloseExited
 )
 
-var closeReasonNames = [...]string{"", "completed", "buyer-closed", "provider-closed", "preempted", "unpaid", "failed"}
+var closeReasonNames = [...]string{"", "completed", "buyer-closed", "provider-closed", "preempted", "unpaid", "failed", "exited"}
 
 // String returns "completed", "buyer-closed", "provider-closed", "preempted",
-// "unpaid", "failed", or "" for the zero CloseReason.
+// "unpaid", "failed", "exited", or "" for the zero CloseReason.
 func (r CloseReason) String() string {
 	if int(r) < len(closeReasonNames) {
 		return closeReasonNames[r]
@@ -143,7 +146,8 @@ func (r *CloseReason) UnmarshalText(b []byte) error {
 //
 // End takes buyer-closed or provider-closed from starting or running;
 // preempted likewise, for spot leases only; completed only from running, at
-// or after the lease's end time; unpaid only from running. failed is Fail's
+// or after the lease's end time; unpaid only from running; exited (the
+// workload ended by itself) from starting or running. failed is Fail's
 // alone. Transition times never go backwards: a now before the last one
 // recorded is taken as that one.
 //
@@ -243,6 +247,8 @@ func (l *Lease) End(reason CloseReason, now time.Time) error {
 		ok = l.State == LeaseRunning
 	case CloseUnpaid:
 		ok = l.State == LeaseRunning
+	case CloseExited:
+		ok = l.State == LeaseStarting || l.State == LeaseRunning
 	}
 	if !ok {
 		return l.refuse("end (" + reason.String() + ")")

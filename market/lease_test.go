@@ -54,22 +54,22 @@ func TestLeaseTransitions(t *testing.T) {
 	}
 	events := []event{
 		{"start", (*Lease).Start, 0},
-		end(CloseCompleted), end(CloseBuyer), end(CloseProvider), end(ClosePreempted), end(CloseUnpaid), end(CloseFailed), end(0),
+		end(CloseCompleted), end(CloseBuyer), end(CloseProvider), end(ClosePreempted), end(CloseUnpaid), end(CloseFailed), end(CloseExited), end(0),
 		{"close", (*Lease).Close, CloseBuyer}, // leaseIn ends with buyer-closed
 		{"fail", (*Lease).Fail, CloseFailed},
 	}
-	//                start  compl  buyer  prov   preempt unpaid failed none  close  fail
+	//                start  compl  buyer  prov   preempt unpaid failed exited none  close  fail
 	interruptible := map[LeaseState][]LeaseState{
-		LeaseStarting: {R, X, E, E, E, X, X, X, X, C},
-		LeaseRunning:  {X, E, E, E, E, E, X, X, X, C},
-		LeaseEnding:   {X, X, X, X, X, X, X, X, C, X},
-		LeaseClosed:   {X, X, X, X, X, X, X, X, X, X},
+		LeaseStarting: {R, X, E, E, E, X, X, E, X, X, C},
+		LeaseRunning:  {X, E, E, E, E, E, X, E, X, X, C},
+		LeaseEnding:   {X, X, X, X, X, X, X, X, X, C, X},
+		LeaseClosed:   {X, X, X, X, X, X, X, X, X, X, X},
 	}
 	uninterruptible := map[LeaseState][]LeaseState{
-		LeaseStarting: {R, X, E, E, X, X, X, X, X, C},
-		LeaseRunning:  {X, E, E, E, X, E, X, X, X, C},
-		LeaseEnding:   {X, X, X, X, X, X, X, X, C, X},
-		LeaseClosed:   {X, X, X, X, X, X, X, X, X, X},
+		LeaseStarting: {R, X, E, E, X, X, X, E, X, X, C},
+		LeaseRunning:  {X, E, E, E, X, E, X, E, X, X, C},
+		LeaseEnding:   {X, X, X, X, X, X, X, X, X, C, X},
+		LeaseClosed:   {X, X, X, X, X, X, X, X, X, X, X},
 	}
 	types := []struct {
 		lt   proto.LeaseType
@@ -160,7 +160,7 @@ func TestLeaseText(t *testing.T) {
 			t.Errorf("LeaseState %d round trip = %q, %v, %d", s, b, err, back)
 		}
 	}
-	for r := CloseReason(0); r <= CloseFailed; r++ {
+	for r := CloseReason(0); r <= CloseExited; r++ {
 		b, err := r.MarshalText()
 		var back CloseReason = 99
 		if err != nil || back.UnmarshalText(b) != nil || back != r {
@@ -170,8 +170,8 @@ func TestLeaseText(t *testing.T) {
 	if _, err := ParseCloseReason("bored"); err == nil {
 		t.Errorf("ParseCloseReason(bored) = %v", err)
 	}
-	if _, err := CloseReason(7).MarshalText(); err == nil {
-		t.Error("CloseReason(7).MarshalText succeeded")
+	if _, err := CloseReason(8).MarshalText(); err == nil {
+		t.Error("CloseReason(8).MarshalText succeeded")
 	}
 	l := leaseIn(t, testTerms(), LeaseClosed)
 	b, err := json.Marshal(struct {

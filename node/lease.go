@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/suanli/suanli/gpu"
 	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/executor"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -43,9 +43,17 @@ type leaseRecord struct {
 	EndingAt  time.Time          `json:"ending_at"`
 	ClosedAt  time.Time          `json:"closed_at"`
 	Executor  string             `json:"executor,omitempty"`
-	Exec      []string           `json:"exec,omitempty"` // buyer: the command its order asked for
-	Exit      *ExitResult        `json:"exit,omitempty"`
-	Pgid      int                `json:"pgid,omitempty"` // provider: the running process group
+	Exec      []string           `json:"exec,omitempty"` // the command the buyer's order asked for
+	// Workload is what the buyer's order asked to run (buyer), or what the
+	// provider was asked and runs (provider).
+	Workload *WorkloadSpec `json:"workload,omitempty"`
+	// Info is what runs: executor, image digest, endpoints, state.
+	Info *executor.Info `json:"info,omitempty"`
+	// Handle names the running workload outside the daemon (a process
+	// group, a container), to adopt or remove it after a restart.
+	Handle string      `json:"handle,omitempty"`
+	Exit   *ExitResult `json:"exit,omitempty"`
+	Pgid   int         `json:"pgid,omitempty"` // records before Handle: the process group
 	HeldSince int64              `json:"held_since_ms,omitempty"`
 	Fill      []byte             `json:"fill,omitempty"` // proto.Fill: the signed take and accept
 	Note      string             `json:"note,omitempty"`
@@ -84,20 +92,6 @@ type leaseManager struct {
 	closed    bool
 }
 
-// WithExecutors sets the executors a provider allows, by name: "reserve"
-// (always allowed) and "process". Default: reserve only.
-func WithExecutors(names ...string) Option {
-	return func(o *options) error {
-		for _, n := range names {
-			if n != ExecReserve && n != ExecProcess {
-				return fmt.Errorf("node: unknown executor %q (want reserve or process)", n)
-			}
-		}
-		o.executors = names
-		return nil
-	}
-}
-
 // WithUnpaidGrace sets how long a receipt may wait for the buyer's
 // countersignature before the lease ends as unpaid. Default: 3 billing
 // intervals.
@@ -117,13 +111,12 @@ func WithWithheldCountersigns() Option {
 	return func(o *options) error { o.withhold = true; return nil }
 }
 
-func (n *Node) newLeaseManager(o options) *leaseManager {
-	m := &leaseManager{runs: map[string]*leaseRun{}, executors: map[string]Executor{ExecReserve: ReserveExecutor{}},
-		grace: o.unpaidGrace, withhold: o.withhold}
-	if slices.Contains(o.executors, ExecProcess) {
-		m.executors[ExecProcess] = ProcessExecutor{OnBusy: n.setBusy}
+func (n *Node) newLeaseManager(o options) (*leaseManager, error) {
+	execs, err := n.newExecutors(o)
+	if err != nil {
+		return nil, err
 	}
-	return m
+	return &leaseManager{runs: map[string]*leaseRun{}, executors: execs, grace: o.unpaidGrace, withhold: o.withhold}, nil
 }
 
 // setBusy tells a simulated backend that a workload runs on gpus.
@@ -139,7 +132,11 @@ func (n *Node) setBusy(gpus []string, busy bool) {
 // lease: closed ones are listed, open ones go on (or close with a reason
 // when their end passed while the node was down).
 func (n *Node) startLeases(o options) error {
-	n.leases = n.newLeaseManager(o)
+	m, err := n.newLeaseManager(o)
+	if err != nil {
+		return err
+	}
+	n.leases = m
 	p2p.HandleReceipts(n.host, n.guard(n.handleReceiptMsg))
 	p2p.HandleExec(n.ctx, n.host, func(ctx context.Context, from peer.ID, req []byte, out *p2p.FrameWriter) {
 		if !n.leases.enter() {
@@ -171,20 +168,21 @@ func (n *Node) startLeases(o options) error {
 			continue
 		}
 		if rec.Role == market.RoleProvider && r.ml.State != market.LeaseClosed {
-			if rec.Pgid != 0 {
-				// A workload left behind by a killed daemon: it ran
-				// unwatched, so it goes.
-				syscall.Kill(-rec.Pgid, syscall.SIGKILL)
-				r.rec.Pgid, r.rec.Exit = 0, &ExitResult{Code: -1, Error: "provider restarted"}
+			if rec.Workload != nil || rec.Handle != "" || rec.Pgid != 0 {
+				n.resumeWorkload(r)
+			} else {
+				r.rec.HeldSince = now.UnixMilli()
+				r.exec, _ = executor.ReserveExecutor{}.Start(n.ctx, Workload{})
+				r.rec.Executor = ExecReserve
+				if err := n.store.putLeaseRecord(id, &r.rec); err != nil {
+					return fmt.Errorf("node: resuming lease %s: %w", id, err)
+				}
 			}
-			r.rec.HeldSince = now.UnixMilli()
-			r.exec, _ = ReserveExecutor{}.Start(n.ctx, Workload{})
-			r.rec.Executor = ExecReserve
-			n.store.putLeaseRecord(id, &r.rec)
 		}
 		n.log.Info("lease resumed", "lease", id, "role", rec.Role, "state", r.ml.State)
 		n.runLease(r)
 	}
+	n.sweepWorkloads()
 	return nil
 }
 
@@ -329,15 +327,16 @@ func (n *Node) leaseFromFill(ev *p2p.BookEvent) {
 	}
 	if role == market.RoleBuyer {
 		n.ownMu.Lock()
-		if oo := n.own[ev.Fill.BidID]; oo != nil {
-			r.rec.Exec = oo.exec
+		if oo := n.own[ev.Fill.BidID]; oo != nil && !oo.workload.Empty() {
+			spec := oo.workload
+			r.rec.Workload, r.rec.Exec = &spec, spec.Command
 		}
 		n.ownMu.Unlock()
 	}
 	start := time.UnixMilli(terms.StartUnixMs)
 	r.mu.Lock()
 	if role == market.RoleProvider {
-		r.exec, _ = ReserveExecutor{}.Start(n.ctx, Workload{LeaseID: terms.Id, GPUs: terms.Gpus})
+		r.exec, _ = executor.ReserveExecutor{}.Start(n.ctx, Workload{LeaseID: terms.Id, GPUs: terms.Gpus})
 		r.rec.Executor, r.rec.HeldSince = ExecReserve, terms.StartUnixMs
 	}
 	if now := n.now(); now.After(start) {
@@ -352,7 +351,7 @@ func (n *Node) leaseFromFill(ev *p2p.BookEvent) {
 	}
 	n.log.Info("lease started", "lease", terms.Id, "role", role, "gpus", len(terms.Gpus))
 	n.runLease(r)
-	if role == market.RoleBuyer && len(r.rec.Exec) > 0 {
+	if role == market.RoleBuyer && r.rec.Workload != nil {
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
@@ -466,19 +465,33 @@ func (n *Node) providerStep(r *leaseRun) bool {
 // endLocked ends and closes a lease at now for reason: the workload stops
 // and the GPUs are handed back. Holds r.mu.
 func (n *Node) endLocked(r *leaseRun, reason market.CloseReason, at time.Time, note string) {
-	if err := r.ml.End(reason, at); err != nil {
+	var err error
+	if reason == market.CloseFailed {
+		err = r.ml.Fail(at)
+	} else {
+		err = r.ml.End(reason, at)
+	}
+	if err != nil {
 		n.log.Warn("lease end refused", "lease", r.id, "reason", reason, "err", err)
 		return
 	}
 	if r.exec != nil {
-		r.exec.Stop(leaseStopGrace)
-		if r.rec.Executor == ExecProcess {
+		if err := r.exec.Stop(leaseStopGrace); err != nil {
+			n.log.Warn("stopping the workload failed", "lease", r.id, "err", err)
+		}
+		if r.rec.Executor != ExecReserve && r.rec.Executor != "" && r.rec.Exit == nil {
 			res := r.exec.Result()
 			r.rec.Exit = &res
 		}
+		if r.rec.Info != nil {
+			info := r.exec.Info()
+			r.rec.Info.State = cmpOr(info.State, "exited")
+		}
 		r.rec.Pgid = 0
 	}
-	r.ml.Close(at)
+	if r.ml.State == market.LeaseEnding {
+		r.ml.Close(at)
+	}
 	r.syncRecord()
 	if note != "" {
 		r.rec.Note = note
@@ -746,11 +759,16 @@ type closeNotice struct {
 	Lease  string             `json:"lease"`
 	Reason market.CloseReason `json:"reason"`
 	AtMs   int64              `json:"at_ms"`
+	Note   string             `json:"note,omitempty"` // why, in words (a workload's exit, say)
 }
 
 // sendClose tells the counterparty the lease ended.
-func (n *Node) sendClose(r *leaseRun, reason market.CloseReason, at time.Time) {
-	b, _ := json.Marshal(closeNotice{Lease: r.id, Reason: reason, AtMs: at.UnixMilli()})
+func (n *Node) sendClose(r *leaseRun, reason market.CloseReason, at time.Time, note ...string) {
+	c := closeNotice{Lease: r.id, Reason: reason, AtMs: at.UnixMilli()}
+	if len(note) > 0 {
+		c.Note = note[0]
+	}
+	b, _ := json.Marshal(c)
 	ctx, cancel := context.WithTimeout(n.ctx, p2p.ReceiptTimeout)
 	defer cancel()
 	if kind, body, err := p2p.SendReceiptMessage(ctx, n.host, r.peer, p2p.FrameClose, b); err != nil || kind != p2p.FrameOK {
@@ -772,7 +790,8 @@ func (n *Node) takeClose(from peer.ID, body []byte) error {
 	}
 	allowed := []market.CloseReason{market.CloseCompleted, market.CloseBuyer}
 	if r.rec.Role == market.RoleBuyer {
-		allowed = []market.CloseReason{market.CloseCompleted, market.CloseProvider, market.CloseUnpaid, market.ClosePreempted}
+		allowed = []market.CloseReason{market.CloseCompleted, market.CloseProvider, market.CloseUnpaid, market.ClosePreempted,
+			market.CloseExited, market.CloseFailed}
 	}
 	if !slices.Contains(allowed, c.Reason) {
 		return fmt.Errorf("reason %s not the counterparty's to give", c.Reason)
@@ -781,7 +800,11 @@ func (n *Node) takeClose(from peer.ID, body []byte) error {
 	r.mu.Lock()
 	if r.ml.State == market.LeaseRunning || r.ml.State == market.LeaseStarting {
 		at := time.UnixMilli(min(max(c.AtMs, r.ml.Chain.WindowEndUnixMs), now.UnixMilli()))
-		n.endLocked(r, c.Reason, at, "closed by the counterparty")
+		note := "closed by the counterparty"
+		if c.Note != "" {
+			note += ": " + truncate(c.Note, 512)
+		}
+		n.endLocked(r, c.Reason, at, note)
 	}
 	r.mu.Unlock()
 	r.poke()
@@ -847,6 +870,15 @@ type LeaseView struct {
 	Executor      string      `json:"executor,omitempty"`
 	Exec          []string    `json:"exec,omitempty"`
 	Exit          *ExitResult `json:"exit,omitempty"`
+	// Of a container workload: the image asked for and the digest that
+	// ran (the repo digest, else the image ID), the container's state,
+	// where its published ports are reached, and how the GPUs reach it
+	// (nvidia, or env-only on simulated GPUs).
+	Image          string     `json:"image,omitempty"`
+	ImageDigest    string     `json:"image_digest,omitempty"`
+	ContainerState string     `json:"container_state,omitempty"`
+	Endpoints      []Endpoint `json:"endpoints,omitempty"`
+	GPUAccess      string     `json:"gpu_access,omitempty"`
 	Receipts      uint64      `json:"receipts"`
 	Countersigned uint64      `json:"countersigned"`
 	Cumulative    string      `json:"cumulative"`
@@ -871,7 +903,26 @@ func (r *leaseRun) view() LeaseView {
 		c := r.ml.ClosedAt.UTC()
 		v.ClosedAt = &c
 	}
+	if w := r.rec.Workload; w != nil {
+		v.Image = w.Image
+	}
+	if i := r.rec.Info; i != nil {
+		v.Image = cmpOr(v.Image, i.Image)
+		v.ImageDigest = cmpOr(i.RepoDigest, i.ImageID)
+		v.Endpoints, v.GPUAccess = i.Endpoints, i.GPUAccess
+		if i.Executor == ExecDocker {
+			v.ContainerState = i.State
+		}
+	}
 	return v
+}
+
+// truncate cuts s to at most n bytes.
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }
 
 // Leases implements API: every lease this node is party to, newest first.

@@ -47,6 +47,9 @@ type options struct {
 	verdictTTL time.Duration // see WithAttestWindow
 	// Leases (see lease.go).
 	executors   []string
+	docker      *DockerConfig
+	processUser string
+	perGPU      perGPU
 	unpaidGrace time.Duration
 	withhold    bool
 }
@@ -231,6 +234,7 @@ type Node struct {
 	offerCache      map[peer.ID]*proto.Offer
 	attest          *attestState  // see attest.go
 	leases          *leaseManager // see lease.go
+	perGPU          perGPU        // what each GPU is sold with (see WithResourcesPerGPU)
 }
 
 var _ API = (*Node)(nil)
@@ -277,7 +281,7 @@ func New(opts ...Option) (_ *Node, err error) {
 	}
 	n := &Node{
 		lock: lock,
-		repo: o.repo, now: o.now, offerTTL: o.offerTTL, billingInterval: o.billing,
+		repo: o.repo, now: o.now, offerTTL: o.offerTTL, billingInterval: o.billing, perGPU: o.perGPU,
 		log:   o.logger.With("node", filepath.Base(o.repo)),
 		books: newBooks(), own: map[string]*ownOrder{}, pending: map[string]uint32{}, offerCache: map[peer.ID]*proto.Offer{},
 	}

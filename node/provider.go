@@ -181,6 +181,9 @@ func (n *Node) buildOffer() (*proto.Offer, error) {
 		Attestation: proto.AttestationLevel_ATTESTATION_LEVEL_SELF_REPORTED,
 		Addrs:       n.Addrs(),
 	}
+	per := n.resourcesPerGPU()
+	o.Host.MilliCpusPerGpu, o.Host.MemoryBytesPerGpu, o.Host.DiskBytesPerGpu = uint64(per.milliCPUs), per.ram, per.disk
+	o.Host.MemoryBytes = hostMemory()
 	for _, d := range inv.Devices {
 		o.Gpus = append(o.Gpus, &proto.GPU{
 			Uuid: d.UUID, Name: d.Name, Market: d.Market, MemoryBytes: d.MemoryBytes,

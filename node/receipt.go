@@ -1,11 +1,9 @@
 package node
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -18,123 +16,6 @@ import (
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
-
-// execRequest is the first frame of an exec stream: the buyer's command
-// for one of its leases.
-type execRequest struct {
-	Lease   string   `json:"lease"`
-	Command []string `json:"command"`
-}
-
-// followExec is the buyer's side of the process executor: it asks the
-// provider to run the order's command and stores the output as it comes.
-func (n *Node) followExec(r *leaseRun) {
-	req, _ := json.Marshal(execRequest{Lease: r.id, Command: r.rec.Exec})
-	ctx, cancel := context.WithTimeout(n.ctx, 30*time.Second)
-	s, err := p2p.OpenExec(ctx, n.host, r.peer, req)
-	cancel()
-	if err != nil {
-		n.log.Warn("exec stream failed", "lease", r.id, "err", err)
-		n.appendLog(r, p2p.FrameStderr, []byte("suanli: "+err.Error()+"\n"))
-		return
-	}
-	defer s.Close()
-	go func() { <-n.ctx.Done(); s.Reset() }()
-	br := bufio.NewReader(s)
-	for {
-		kind, body, err := p2p.ReadFrame(br)
-		if err != nil {
-			return
-		}
-		switch kind {
-		case p2p.FrameStdout, p2p.FrameStderr:
-			n.appendLog(r, kind, body)
-		case p2p.FrameExit:
-			var res ExitResult
-			if json.Unmarshal(body, &res) == nil {
-				r.mu.Lock()
-				r.rec.Exit, r.rec.Executor = &res, ExecProcess
-				n.store.putLeaseRecord(r.id, &r.rec)
-				r.mu.Unlock()
-			}
-			return
-		}
-	}
-}
-
-func (n *Node) appendLog(r *leaseRun, kind byte, data []byte) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.logSeq++
-	v := append([]byte{kind}, data...)
-	if err := n.store.db.Update(func(txn *badger.Txn) error { return txn.Set(logKey(r.id, r.logSeq), v) }); err != nil {
-		n.log.Warn("storing output failed", "lease", r.id, "err", err)
-	}
-}
-
-// handleExec is the provider's side: it runs the buyer's command with the
-// process executor, streaming its output, until it exits or the lease ends.
-func (n *Node) handleExec(ctx context.Context, from peer.ID, body []byte, out *p2p.FrameWriter) {
-	exit := func(res ExitResult) {
-		b, _ := json.Marshal(res)
-		out.Frame(p2p.FrameExit, b)
-	}
-	var req execRequest
-	if err := json.Unmarshal(body, &req); err != nil || len(req.Command) == 0 {
-		exit(ExitResult{Code: -1, Error: "malformed exec request"})
-		return
-	}
-	r, err := n.leaseRun(req.Lease)
-	if err != nil || r.rec.Role != market.RoleProvider || r.peer != from {
-		exit(ExitResult{Code: -1, Error: "no such lease with this buyer"})
-		return
-	}
-	ex, ok := n.leases.executors[ExecProcess]
-	if !ok {
-		exit(ExitResult{Code: -1, Error: ErrExecutor.Error() + ": process (the GPUs stay reserved)"})
-		return
-	}
-	r.mu.Lock()
-	if r.ml.State != market.LeaseRunning || r.rec.Executor == ExecProcess {
-		r.mu.Unlock()
-		exit(ExitResult{Code: -1, Error: "lease not running, or a command already ran"})
-		return
-	}
-	run, err := ex.Start(ctx, Workload{LeaseID: r.id, GPUs: r.terms.Gpus, Command: req.Command,
-		Stdout: lenient{out.Kind(p2p.FrameStdout)}, Stderr: lenient{out.Kind(p2p.FrameStderr)}})
-	if err != nil {
-		r.mu.Unlock()
-		exit(ExitResult{Code: -1, Error: err.Error()})
-		return
-	}
-	if r.exec != nil {
-		r.exec.Stop(0)
-	}
-	r.exec, r.rec.Executor, r.rec.Exec = run, ExecProcess, req.Command
-	if pr, ok := run.(*processRun); ok {
-		r.rec.Pgid = pr.cmd.Process.Pid
-	}
-	n.store.putLeaseRecord(r.id, &r.rec)
-	r.mu.Unlock()
-	n.log.Info("workload started", "lease", r.id, "command", req.Command[0])
-
-	<-run.Done()
-	res := run.Result()
-	r.mu.Lock()
-	r.rec.Exit, r.rec.Pgid = &res, 0
-	n.store.putLeaseRecord(r.id, &r.rec)
-	r.mu.Unlock()
-	n.log.Info("workload ended", "lease", r.id, "code", res.Code, "signal", res.Signal)
-	exit(res)
-}
-
-// lenient drops write errors: a buyer that goes away must not block or
-// kill the workload.
-type lenient struct {
-	w interface{ Write([]byte) (int, error) }
-}
-
-func (l lenient) Write(b []byte) (int, error) { l.w.Write(b); return len(b), nil }
 
 // LogChunk is a piece of a lease's captured output.
 type LogChunk struct {

@@ -38,7 +38,7 @@ type ownOrder struct {
 	status string // resting, filled, cancelled, expired, done (IOC remainder dropped)
 	fills  []TradeView
 	err    string
-	exec   []string // bids: the buyer's command for the process executor
+	workload WorkloadSpec // bids: what the buyer asks the provider to run
 }
 
 // OrderRequest is a new bid or ask. Prices are decimals in Currency.
@@ -61,9 +61,17 @@ type OrderRequest struct {
 	Regions        []string `json:"regions,omitempty"`
 	MinAttestation string   `json:"min_attestation,omitempty"`
 	MinVRAMGiB     uint64   `json:"min_vram_gib,omitempty"`
-	// Exec is a bid's command, run by the provider's process executor
-	// on the leased GPUs (see Executor); empty: the GPUs are reserved.
+	// Exec is a bid's command: run by the provider's process executor on
+	// the leased GPUs, or with Image, the container's command.
 	Exec []string `json:"exec,omitempty"`
+	// Image is a bid's container image, run by the provider's docker
+	// executor on exactly the leased GPUs; Ports are container TCP ports
+	// to publish, SSHKey an authorized_keys line for root, WritableRoot a
+	// writable root filesystem. All empty: the GPUs are only reserved.
+	Image        string   `json:"image,omitempty"`
+	Ports        []uint16 `json:"ports,omitempty"`
+	SSHKey       string   `json:"ssh_key,omitempty"`
+	WritableRoot bool     `json:"writable_root,omitempty"`
 }
 
 // OrderView is an order of this node and its trades.
@@ -106,6 +114,11 @@ func tradeView(f market.Fill, l *proto.Lease) TradeView {
 		v.Lease, v.GPUs = l.Id, l.Gpus
 	}
 	return v
+}
+
+// workload is what the request asks the provider to run.
+func (req OrderRequest) workload() WorkloadSpec {
+	return WorkloadSpec{Command: req.Exec, Image: req.Image, Ports: req.Ports, SSHKey: req.SSHKey, WritableRoot: req.WritableRoot}
 }
 
 // buildOrder turns a request into a signed order of this node.
@@ -206,6 +219,14 @@ func (n *Node) buildOrder(req OrderRequest) (*market.Order, *proto.Order, error)
 // whatever the order crosses in this node's replica (agreeing each trade
 // with its maker), and rests the rest on the book unless it is IOC.
 func (n *Node) PlaceOrder(ctx context.Context, req OrderRequest) (OrderView, error) {
+	if w := req.workload(); !w.Empty() {
+		if req.Side != "bid" {
+			return OrderView{}, badRequest("a workload (exec, image, ports, ssh key) belongs on a bid")
+		}
+		if err := w.Validate(); err != nil {
+			return OrderView{}, badRequest("%v", err)
+		}
+	}
 	if err := n.JoinMarket(ctx, req.Market); err != nil {
 		return OrderView{}, err
 	}
@@ -246,7 +267,7 @@ func (n *Node) PlaceOrder(ctx context.Context, req OrderRequest) (OrderView, err
 			}
 		}
 	}
-	n.own[o.ID] = &ownOrder{order: *o, env: env, status: "taking", exec: req.Exec}
+	n.own[o.ID] = &ownOrder{order: *o, env: env, status: "taking", workload: req.workload()}
 	n.ownMu.Unlock()
 
 	// Take what crosses first; only then rest the remainder, so no other

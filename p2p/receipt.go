@@ -41,6 +41,7 @@ const (
 	FrameStdout      byte = 'o'
 	FrameStderr      byte = 'e'
 	FrameExit        byte = 'x' // exit status (JSON, see node)
+	FrameStarted     byte = 's' // the workload runs: what it is and where to reach it (JSON, see node)
 )
 
 // MaxFrameSize bounds one frame's body.

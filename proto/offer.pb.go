@@ -431,11 +431,17 @@ type Host struct {
 	CpuCores          uint32                 `protobuf:"varint,5,opt,name=cpu_cores,json=cpuCores,proto3" json:"cpu_cores,omitempty"`
 	MemoryBytes       uint64                 `protobuf:"varint,6,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
 	// interconnect between the GPUs, e.g. "nvlink" or "pcie".
-	Interconnect  string `protobuf:"bytes,7,opt,name=interconnect,proto3" json:"interconnect,omitempty"`
-	NetworkMbps   uint64 `protobuf:"varint,8,opt,name=network_mbps,json=networkMbps,proto3" json:"network_mbps,omitempty"`
-	StorageBytes  uint64 `protobuf:"varint,9,opt,name=storage_bytes,json=storageBytes,proto3" json:"storage_bytes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Interconnect string `protobuf:"bytes,7,opt,name=interconnect,proto3" json:"interconnect,omitempty"`
+	NetworkMbps  uint64 `protobuf:"varint,8,opt,name=network_mbps,json=networkMbps,proto3" json:"network_mbps,omitempty"`
+	StorageBytes uint64 `protobuf:"varint,9,opt,name=storage_bytes,json=storageBytes,proto3" json:"storage_bytes,omitempty"`
+	// What each leased GPU comes with, enforced on the lease's container:
+	// CPU time in thousandths of a vCPU, RAM and scratch disk in bytes.
+	// Zero: not stated.
+	MilliCpusPerGpu   uint64 `protobuf:"varint,10,opt,name=milli_cpus_per_gpu,json=milliCpusPerGpu,proto3" json:"milli_cpus_per_gpu,omitempty"`
+	MemoryBytesPerGpu uint64 `protobuf:"varint,11,opt,name=memory_bytes_per_gpu,json=memoryBytesPerGpu,proto3" json:"memory_bytes_per_gpu,omitempty"`
+	DiskBytesPerGpu   uint64 `protobuf:"varint,12,opt,name=disk_bytes_per_gpu,json=diskBytesPerGpu,proto3" json:"disk_bytes_per_gpu,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Host) Reset() {
@@ -527,6 +533,27 @@ func (x *Host) GetNetworkMbps() uint64 {
 func (x *Host) GetStorageBytes() uint64 {
 	if x != nil {
 		return x.StorageBytes
+	}
+	return 0
+}
+
+func (x *Host) GetMilliCpusPerGpu() uint64 {
+	if x != nil {
+		return x.MilliCpusPerGpu
+	}
+	return 0
+}
+
+func (x *Host) GetMemoryBytesPerGpu() uint64 {
+	if x != nil {
+		return x.MemoryBytesPerGpu
+	}
+	return 0
+}
+
+func (x *Host) GetDiskBytesPerGpu() uint64 {
+	if x != nil {
+		return x.DiskBytesPerGpu
 	}
 	return 0
 }
@@ -756,7 +783,7 @@ const file_offer_proto_rawDesc = "" +
 	"\bevidence\x18\f \x01(\v2\x13.suanli.v1.EvidenceR\bevidence\"8\n" +
 	"\bEvidence\x12\x16\n" +
 	"\x06report\x18\x01 \x01(\fR\x06report\x12\x14\n" +
-	"\x05chain\x18\x02 \x03(\rR\x05chain\"\xc6\x02\n" +
+	"\x05chain\x18\x02 \x03(\rR\x05chain\"\xd1\x03\n" +
 	"\x04Host\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x12%\n" +
 	"\x0edriver_version\x18\x02 \x01(\tR\rdriverVersion\x12.\n" +
@@ -766,7 +793,11 @@ const file_offer_proto_rawDesc = "" +
 	"\fmemory_bytes\x18\x06 \x01(\x04R\vmemoryBytes\x12\"\n" +
 	"\finterconnect\x18\a \x01(\tR\finterconnect\x12!\n" +
 	"\fnetwork_mbps\x18\b \x01(\x04R\vnetworkMbps\x12#\n" +
-	"\rstorage_bytes\x18\t \x01(\x04R\fstorageBytes\"\xac\x01\n" +
+	"\rstorage_bytes\x18\t \x01(\x04R\fstorageBytes\x12+\n" +
+	"\x12milli_cpus_per_gpu\x18\n" +
+	" \x01(\x04R\x0fmilliCpusPerGpu\x12/\n" +
+	"\x14memory_bytes_per_gpu\x18\v \x01(\x04R\x11memoryBytesPerGpu\x12+\n" +
+	"\x12disk_bytes_per_gpu\x18\f \x01(\x04R\x0fdiskBytesPerGpu\"\xac\x01\n" +
 	"\aPricing\x12\x1a\n" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12(\n" +
 	"\x10on_demand_micros\x18\x02 \x01(\x03R\x0eonDemandMicros\x12/\n" +

@@ -1,0 +1,611 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/executor"
+	"github.com/suanli/suanli/p2p"
+)
+
+// WorkloadSpec is what a buyer's bid asks the provider to run on the
+// leased GPUs. The buyer's node keeps it with the order and sends it over
+// /suanli/exec/1.0.0 once the lease starts; the provider's executor runs it.
+type WorkloadSpec struct {
+	// Executor is "process" or "docker"; empty: docker when Image is set,
+	// process otherwise.
+	Executor string `json:"executor,omitempty"`
+	// Command is the argv (process), or the container's command (docker;
+	// empty: the image's own).
+	Command []string `json:"command,omitempty"`
+	// Image is the container image (docker).
+	Image string `json:"image,omitempty"`
+	// Ports are container TCP ports to publish (docker).
+	Ports []uint16 `json:"ports,omitempty"`
+	// SSHKey is an authorized_keys line for root in the container (docker).
+	SSHKey string `json:"ssh_key,omitempty"`
+	// WritableRoot asks for a writable root filesystem (docker).
+	WritableRoot bool `json:"writable_root,omitempty"`
+}
+
+// Bounds of a workload spec.
+const (
+	maxCommandArgs  = 256
+	maxCommandBytes = 64 << 10
+	maxImageRef     = 512
+	maxSSHKey       = 16 << 10
+)
+
+// Empty reports whether the spec asks to run nothing (the GPUs are only
+// reserved).
+func (w WorkloadSpec) Empty() bool {
+	return w.Executor == "" && len(w.Command) == 0 && w.Image == "" && len(w.Ports) == 0 && w.SSHKey == ""
+}
+
+// ExecutorName is the executor the spec asks for.
+func (w WorkloadSpec) ExecutorName() string {
+	switch {
+	case w.Executor != "":
+		return w.Executor
+	case w.Image != "":
+		return ExecDocker
+	}
+	return ExecProcess
+}
+
+// Validate checks the spec's shape (what an executor checks against the
+// provider's rules comes later).
+func (w WorkloadSpec) Validate() error {
+	switch w.ExecutorName() {
+	case ExecProcess:
+		if len(w.Command) == 0 {
+			return errors.New("workload: the process executor needs a command")
+		}
+		if w.Image != "" || len(w.Ports) > 0 || w.SSHKey != "" || w.WritableRoot {
+			return errors.New("workload: an image, ports, an SSH key or a writable root need the docker executor")
+		}
+	case ExecDocker:
+		if w.Image == "" {
+			return errors.New("workload: the docker executor needs an image")
+		}
+	default:
+		return fmt.Errorf("workload: unknown executor %q (want process or docker)", w.Executor)
+	}
+	size := 0
+	for _, a := range w.Command {
+		size += len(a)
+	}
+	switch {
+	case len(w.Command) > maxCommandArgs || size > maxCommandBytes:
+		return fmt.Errorf("workload: command of %d args, %d bytes: at most %d and %d", len(w.Command), size, maxCommandArgs, maxCommandBytes)
+	case len(w.Image) > maxImageRef:
+		return fmt.Errorf("workload: image reference of %d bytes, at most %d", len(w.Image), maxImageRef)
+	case len(w.Ports) > executor.MaxPorts:
+		return fmt.Errorf("workload: %d ports, at most %d", len(w.Ports), executor.MaxPorts)
+	case len(w.SSHKey) > maxSSHKey || strings.ContainsAny(strings.TrimSpace(w.SSHKey), "\n\r\x00"):
+		return errors.New("workload: the SSH key must be one authorized_keys line")
+	}
+	if w.Image != "" {
+		if _, err := executor.ParseImage(w.Image); err != nil {
+			return fmt.Errorf("workload: %w", err)
+		}
+	}
+	for i, p := range w.Ports {
+		if p == 0 || slices.Contains(w.Ports[:i], p) {
+			return fmt.Errorf("workload: port %d: want distinct ports 1-65535", p)
+		}
+	}
+	return nil
+}
+
+// execRequest is the first frame of an exec stream: the buyer's workload
+// for one of its leases, or (Attach) a reconnection to the one that runs.
+type execRequest struct {
+	Lease string `json:"lease"`
+	WorkloadSpec
+	// Attach asks for the running workload's state and its output since
+	// SinceMs, after the stream broke (a provider restart, say).
+	Attach  bool  `json:"attach,omitempty"`
+	SinceMs int64 `json:"since_ms,omitempty"`
+}
+
+// decodeExecRequest parses and checks an exec request.
+func decodeExecRequest(body []byte) (execRequest, error) {
+	var req execRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return req, fmt.Errorf("malformed exec request: %v", err)
+	}
+	if req.Lease == "" {
+		return req, errors.New("malformed exec request: no lease")
+	}
+	if !req.Attach {
+		if err := req.WorkloadSpec.Validate(); err != nil {
+			return req, err
+		}
+	}
+	return req, nil
+}
+
+// newExecutors builds the executors the provider allows.
+func (n *Node) newExecutors(o options) (map[string]Executor, error) {
+	execs := map[string]Executor{ExecReserve: executor.ReserveExecutor{}}
+	if slices.Contains(o.executors, ExecProcess) {
+		execs[ExecProcess] = &executor.ProcessExecutor{User: o.processUser, OnBusy: n.setBusy,
+			WorkRoot: filepath.Join(os.TempDir(), "suanli-work")}
+	}
+	if slices.Contains(o.executors, ExecDocker) {
+		cfg := DockerConfig{}
+		if o.docker != nil {
+			cfg = *o.docker
+		}
+		if cfg.OnBusy == nil {
+			cfg.OnBusy = n.setBusy
+		}
+		d, err := executor.NewDocker(cfg)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		nvidia, err := d.Ping(ctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("node: docker executor: %w", err)
+		}
+		if !nvidia && !cfg.EnvOnlyGPUs {
+			n.log.Warn("the container engine has no NVIDIA runtime: docker leases will be refused")
+		}
+		execs[ExecDocker] = d
+	} else if o.docker != nil {
+		return nil, errors.New("node: WithDocker without WithExecutors(\"docker\")")
+	}
+	return execs, nil
+}
+
+// leaseLimits is what a lease of gpus GPUs may use on this provider.
+func (n *Node) leaseLimits(gpus int) executor.Limits {
+	p := n.resourcesPerGPU()
+	return executor.Limits{MilliCPUs: p.milliCPUs * int64(gpus), MemoryBytes: int64(p.ram) * int64(gpus), DiskBytes: int64(p.disk) * int64(gpus)}
+}
+
+// resourcesPerGPU is what each GPU is sold with: as configured, or the
+// host's cores and memory shared out among its GPUs.
+func (n *Node) resourcesPerGPU() perGPU {
+	p := n.perGPU
+	gpus := 1
+	if inv := n.inventoryCount(); inv > 0 {
+		gpus = inv
+	}
+	if p.milliCPUs == 0 {
+		p.milliCPUs = int64(runtime.NumCPU()) * 1000 / int64(gpus)
+	}
+	if p.ram == 0 {
+		p.ram = hostMemory() / uint64(gpus)
+	}
+	return p
+}
+
+// hostMemory is the machine's RAM in bytes, 0 if unknown.
+func hostMemory() uint64 {
+	var si syscall.Sysinfo_t
+	if syscall.Sysinfo(&si) != nil {
+		return 0
+	}
+	return uint64(si.Totalram) * uint64(si.Unit)
+}
+
+// inventoryCount is how many GPUs this provider has, 0 for a buyer.
+func (n *Node) inventoryCount() int {
+	if n.gpus == nil {
+		return 0
+	}
+	inv, err := n.gpus.Inventory()
+	if err != nil {
+		return 0
+	}
+	return len(inv.Devices)
+}
+
+
+// pausedHold is HeldSince while a workload is prepared: billing waits for
+// it to run.
+const pausedHold = math.MaxInt64
+
+// workloadOf is the executor's view of a lease's workload.
+func (n *Node) workloadOf(r *leaseRun, spec WorkloadSpec) Workload {
+	return Workload{LeaseID: r.id, GPUs: r.terms.Gpus, Command: spec.Command, Image: spec.Image, Ports: spec.Ports,
+		SSHKey: spec.SSHKey, WritableRoot: spec.WritableRoot, Limits: n.leaseLimits(len(r.terms.Gpus))}
+}
+
+// handleExec is the provider's side of /suanli/exec/1.0.0: it runs the
+// buyer's workload with the executor it asks for, streaming what it is,
+// its output and how it ended, until it exits or the lease ends. A
+// workload that cannot run fails the lease; one that ends by itself ends
+// it (exited), and billing stops with it.
+func (n *Node) handleExec(ctx context.Context, from peer.ID, body []byte, out *p2p.FrameWriter) {
+	exit := func(res ExitResult) {
+		b, _ := json.Marshal(res)
+		out.Frame(p2p.FrameExit, b)
+	}
+	req, err := decodeExecRequest(body)
+	if err != nil {
+		n.metrics.rejects.WithLabelValues("exec", "malformed").Inc()
+		exit(ExitResult{Code: -1, Error: err.Error()})
+		return
+	}
+	r, err := n.leaseRun(req.Lease)
+	if err != nil || r.rec.Role != market.RoleProvider || r.peer != from {
+		exit(ExitResult{Code: -1, Error: "no such lease with this buyer"})
+		return
+	}
+	r.mu.Lock()
+	asked := r.rec.Workload != nil
+	r.mu.Unlock()
+	if req.Attach || asked {
+		n.attachExec(ctx, r, req, out)
+		return
+	}
+	name := req.ExecutorName()
+	ex, ok := n.leases.executors[name]
+	if !ok {
+		n.metrics.rejects.WithLabelValues("exec", "executor").Inc()
+		exit(ExitResult{Code: -1, Error: fmt.Sprintf("%v: %s (the GPUs stay reserved)", ErrExecutor, name)})
+		return
+	}
+	r.mu.Lock()
+	if r.ml.State != market.LeaseRunning {
+		r.mu.Unlock()
+		exit(ExitResult{Code: -1, Error: "lease not running"})
+		return
+	}
+	spec := req.WorkloadSpec
+	r.rec.Workload, r.rec.Executor, r.rec.Exec = &spec, name, spec.Command
+	r.rec.HeldSince = pausedHold
+	n.putRecordLocked(r)
+	r.mu.Unlock()
+
+	w := n.workloadOf(r, spec)
+	w.Stdout, w.Stderr = lenient{out.Kind(p2p.FrameStdout)}, lenient{out.Kind(p2p.FrameStderr)}
+	sctx, cancel := context.WithTimeout(n.ctx, workloadStartBudget)
+	run, err := ex.Start(sctx, w)
+	cancel()
+	if err != nil {
+		reason := "workload refused"
+		if !errors.Is(err, executor.ErrRefused) {
+			reason = "workload failed to start"
+		}
+		n.metrics.rejects.WithLabelValues("exec", strings.ReplaceAll(reason, " ", "-")).Inc()
+		note := reason + ": " + err.Error()
+		res := ExitResult{Code: -1, Error: note}
+		r.mu.Lock()
+		r.rec.Exit = &res
+		failed := r.ml.State == market.LeaseRunning
+		if failed {
+			n.endLocked(r, market.CloseFailed, n.now(), note)
+		}
+		at := r.ml.ClosedAt
+		r.mu.Unlock()
+		n.log.Warn("workload not started", "lease", r.id, "executor", name, "err", err)
+		if failed {
+			n.sendClose(r, market.CloseFailed, at, note)
+		}
+		r.poke()
+		exit(res)
+		return
+	}
+	info := run.Info()
+	r.mu.Lock()
+	if r.ml.State != market.LeaseRunning {
+		// Ended (closed by the buyer, say) while it was prepared.
+		r.mu.Unlock()
+		run.Stop(leaseStopGrace)
+		exit(run.Result())
+		return
+	}
+	old := r.exec
+	r.exec, r.rec.Info, r.rec.Handle = run, &info, info.Handle
+	r.rec.HeldSince = n.now().UnixMilli()
+	n.putRecordLocked(r)
+	r.mu.Unlock()
+	if old != nil {
+		old.Stop(0)
+	}
+	n.log.Info("workload started", "lease", r.id, "executor", name, "handle", info.Handle, "image", info.Image)
+	b, _ := json.Marshal(info)
+	out.Frame(p2p.FrameStarted, b)
+	exit(n.watchWorkload(r, run))
+}
+
+// attachExec answers a buyer reconnecting to its lease's workload: what it
+// is, its output since the request's time, and how it ends.
+func (n *Node) attachExec(ctx context.Context, r *leaseRun, req execRequest, out *p2p.FrameWriter) {
+	var run Execution
+	for {
+		r.mu.Lock()
+		if r.rec.Info != nil && r.exec != nil && r.rec.Exit == nil {
+			run = r.exec
+		}
+		exit, open := r.rec.Exit, r.ml.State == market.LeaseRunning
+		r.mu.Unlock()
+		if run != nil {
+			break
+		}
+		if exit != nil || !open {
+			if exit == nil {
+				exit = &ExitResult{Code: -1, Error: "the lease ended before its workload ran"}
+			}
+			b, _ := json.Marshal(exit)
+			out.Frame(p2p.FrameExit, b)
+			return
+		}
+		select { // still being prepared
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	b, _ := json.Marshal(run.Info())
+	out.Frame(p2p.FrameStarted, b)
+	if lf, ok := run.(executor.LogFollower); ok {
+		lctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go lf.FollowLogs(lctx, time.UnixMilli(req.SinceMs), lenient{out.Kind(p2p.FrameStdout)}, lenient{out.Kind(p2p.FrameStderr)})
+	}
+	select {
+	case <-run.Done():
+	case <-ctx.Done():
+		return
+	}
+	res := run.Result()
+	b, _ = json.Marshal(res)
+	out.Frame(p2p.FrameExit, b)
+}
+
+// watchWorkload waits for run to end and records how; a lease still
+// running then ends as exited. It returns the result.
+func (n *Node) watchWorkload(r *leaseRun, run Execution) ExitResult {
+	<-run.Done()
+	res := run.Result()
+	info := run.Info()
+	r.mu.Lock()
+	if r.exec != run {
+		r.mu.Unlock()
+		return res
+	}
+	r.rec.Exit, r.rec.Info = &res, &info
+	var note string
+	ended := r.ml.State == market.LeaseRunning
+	if ended {
+		note = exitNote(res)
+		n.endLocked(r, market.CloseExited, n.now(), note)
+	} else {
+		n.putRecordLocked(r)
+	}
+	at := r.ml.ClosedAt
+	r.mu.Unlock()
+	n.log.Info("workload ended", "lease", r.id, "code", res.Code, "signal", res.Signal, "oom", res.OOMKilled)
+	if ended {
+		n.sendClose(r, market.CloseExited, at, note)
+	}
+	r.poke()
+	return res
+}
+
+func exitNote(res ExitResult) string {
+	switch {
+	case res.OOMKilled:
+		return "workload killed for exceeding its memory limit"
+	case res.Signal != "":
+		return "workload killed by " + res.Signal
+	case res.Error != "":
+		return "workload ended: " + res.Error
+	}
+	return fmt.Sprintf("workload exited with code %d", res.Code)
+}
+
+// resumeWorkload takes back, after a restart, the workload a provider's
+// lease ran: adopted when its executor can (containers), else the lease
+// fails, since what the buyer bought no longer runs.
+func (n *Node) resumeWorkload(r *leaseRun) {
+	handle := r.rec.Handle
+	if handle == "" && r.rec.Pgid != 0 {
+		handle = fmt.Sprint(r.rec.Pgid) // a record from before handles
+	}
+	spec := WorkloadSpec{Executor: r.rec.Executor, Command: r.rec.Exec}
+	if r.rec.Workload != nil {
+		spec = *r.rec.Workload
+	}
+	var run Execution
+	err := fmt.Errorf("%w: executor %s is not enabled", executor.ErrGone, r.rec.Executor)
+	if ad, ok := n.leases.executors[r.rec.Executor].(executor.Adopter); ok {
+		ctx, cancel := context.WithTimeout(n.ctx, time.Minute)
+		run, err = ad.Adopt(ctx, n.workloadOf(r, spec), handle)
+		cancel()
+	}
+	r.mu.Lock()
+	r.rec.Pgid = 0
+	if err != nil {
+		res := ExitResult{Code: -1, Error: "provider restarted: " + err.Error()}
+		r.rec.Exit = &res
+		r.exec, _ = executor.ReserveExecutor{}.Start(n.ctx, Workload{})
+		note := "the workload did not survive the provider's restart"
+		n.endLocked(r, market.CloseFailed, n.now(), note)
+		at := r.ml.ClosedAt
+		r.mu.Unlock()
+		n.log.Warn("workload not resumed", "lease", r.id, "err", err)
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.sendClose(r, market.CloseFailed, at, note)
+		}()
+		return
+	}
+	info := run.Info()
+	r.exec, r.rec.Info, r.rec.Handle = run, &info, info.Handle
+	if r.rec.HeldSince == pausedHold {
+		r.rec.HeldSince = n.now().UnixMilli()
+	}
+	n.putRecordLocked(r)
+	r.mu.Unlock()
+	n.log.Info("workload adopted", "lease", r.id, "executor", r.rec.Executor, "handle", info.Handle)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.watchWorkload(r, run)
+	}()
+}
+
+// sweepWorkloads removes what executors left of leases this node no
+// longer runs (a lease closed while the daemon was down, say).
+func (n *Node) sweepWorkloads() {
+	keep := func(id string) bool {
+		n.leases.mu.Lock()
+		defer n.leases.mu.Unlock()
+		r := n.leases.runs[id]
+		if r == nil {
+			return false
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.rec.Role == market.RoleProvider && r.ml.State != market.LeaseClosed
+	}
+	for name, ex := range n.leases.executors {
+		ad, ok := ex.(executor.Adopter)
+		if !ok {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(n.ctx, time.Minute)
+		removed, err := ad.Sweep(ctx, keep)
+		cancel()
+		if err != nil {
+			n.log.Warn("sweeping workloads failed", "executor", name, "err", err)
+		}
+		if len(removed) > 0 {
+			n.log.Info("removed workloads of no open lease", "executor", name, "leases", removed)
+		}
+	}
+}
+
+// followExec is the buyer's side: it sends the order's workload once the
+// lease starts, then stores what the provider streams back — what runs
+// and where to reach it, the output, the exit. A broken stream (the
+// provider restarting) is reopened as an attach while the lease runs.
+func (n *Node) followExec(r *leaseRun) {
+	backoff := 500 * time.Millisecond
+	var lastOutput int64
+	for attempt := 0; ; attempt++ {
+		r.mu.Lock()
+		spec := WorkloadSpec{Command: r.rec.Exec}
+		if r.rec.Workload != nil {
+			spec = *r.rec.Workload
+		}
+		running := r.ml.State == market.LeaseRunning
+		r.mu.Unlock()
+		if !running && attempt > 0 {
+			return
+		}
+		req, _ := json.Marshal(execRequest{Lease: r.id, WorkloadSpec: spec, Attach: attempt > 0, SinceMs: lastOutput})
+		done, err := n.execOnce(r, req, &lastOutput)
+		if done {
+			return
+		}
+		if attempt == 0 && err != nil {
+			n.appendLog(r, p2p.FrameStderr, []byte("suanli: "+err.Error()+"\n"))
+		}
+		n.log.Debug("exec stream broke; reconnecting", "lease", r.id, "err", err)
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+}
+
+// execOnce runs one exec stream; done reports that the workload's end was
+// told (or the node is closing).
+func (n *Node) execOnce(r *leaseRun, req []byte, lastOutput *int64) (done bool, err error) {
+	ctx, cancel := context.WithTimeout(n.ctx, 30*time.Second)
+	s, err := p2p.OpenExec(ctx, n.host, r.peer, req)
+	cancel()
+	if err != nil {
+		return n.ctx.Err() != nil, err
+	}
+	defer s.Close()
+	stop := context.AfterFunc(n.ctx, func() { s.Reset() })
+	defer stop()
+	br := bufio.NewReader(s)
+	for {
+		kind, body, err := p2p.ReadFrame(br)
+		if err != nil {
+			return n.ctx.Err() != nil, err
+		}
+		switch kind {
+		case p2p.FrameStdout, p2p.FrameStderr:
+			*lastOutput = n.now().UnixMilli()
+			n.appendLog(r, kind, body)
+		case p2p.FrameStarted:
+			var info executor.Info
+			if json.Unmarshal(body, &info) == nil {
+				r.mu.Lock()
+				r.rec.Info, r.rec.Executor = &info, info.Executor
+				n.putRecordLocked(r)
+				r.mu.Unlock()
+			}
+		case p2p.FrameExit:
+			var res ExitResult
+			if json.Unmarshal(body, &res) == nil {
+				r.mu.Lock()
+				r.rec.Exit = &res
+				if r.rec.Executor == "" {
+					r.rec.Executor = ExecProcess
+				}
+				if r.rec.Info != nil {
+					r.rec.Info.State = "exited"
+				}
+				n.putRecordLocked(r)
+				r.mu.Unlock()
+			}
+			return true, nil
+		}
+	}
+}
+
+func (n *Node) appendLog(r *leaseRun, kind byte, data []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.logSeq++
+	v := append([]byte{kind}, data...)
+	if err := n.store.db.Update(func(txn *badger.Txn) error { return txn.Set(logKey(r.id, r.logSeq), v) }); err != nil {
+		n.log.Warn("storing output failed", "lease", r.id, "err", err)
+	}
+}
+
+// putRecordLocked stores r's record, logging a failure. Holds r.mu.
+func (n *Node) putRecordLocked(r *leaseRun) {
+	if err := n.store.putLeaseRecord(r.id, &r.rec); err != nil {
+		n.log.Error("storing lease state failed", "lease", r.id, "err", err)
+	}
+}
+
+// lenient drops write errors: a buyer that goes away must not block or
+// kill the workload.
+type lenient struct {
+	w interface{ Write([]byte) (int, error) }
+}
+
+func (l lenient) Write(b []byte) (int, error) { l.w.Write(b); return len(b), nil }

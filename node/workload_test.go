@@ -1,0 +1,183 @@
+package node_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/executor"
+	"github.com/suanli/suanli/node/executor/dockertest"
+)
+
+// startDockerNet is a provider whose leases may run suanli-test/* images
+// on the local engine (env-only GPUs: these are simulated), and a buyer.
+func startDockerNet(t *testing.T) (provider, buyer *node.Node, image string, engine func() (containers, volumes []string)) {
+	t.Helper()
+	c := dockertest.Engine(t)
+	image = dockertest.EchoImage(t, c)
+	pol, err := executor.ParseImagePolicy([]string{"suanli-test/*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	provider, buyer = startLeaseNet(t, node.WithExecutors("reserve", "docker"),
+		node.WithDocker(node.DockerConfig{Images: pol, EnvOnlyGPUs: true, PortMin: 22000, PortMax: 22999}))
+	return provider, buyer, image, func() ([]string, []string) { return dockertest.Leftovers(t, c, executor.LeaseLabel, "") }
+}
+
+// tradeWorkload makes provider and buyer trade 2 GPUs for d, the bid
+// asking for the workload of req, and returns the lease.
+func tradeWorkload(t *testing.T, ctx context.Context, provider, buyer *node.Node, d string, req node.OrderRequest) string {
+	t.Helper()
+	if _, err := provider.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: 2, Price: "2.40", MinDuration: "1s"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the buyer to see the ask", func() (bool, string) {
+		b, err := buyer.Book(ctx, h100, "USD")
+		return err == nil && len(b.Asks) == 1, sprint(b, err)
+	})
+	req.Side, req.Market, req.Count, req.Price, req.Duration, req.IOC = "bid", h100, 2, "2.50", d, true
+	bid, err := buyer.PlaceOrder(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bid.Fills) != 1 || bid.Fills[0].Lease == "" {
+		t.Fatalf("bid = %+v, want one fill with a lease", bid)
+	}
+	return bid.Fills[0].Lease
+}
+
+func TestLeaseDockerWorkload(t *testing.T) {
+	provider, buyer, image, leftovers := startDockerNet(t)
+	ctx := marketCtx(t)
+	key := "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBuyerKey buyer@laptop"
+	id := tradeWorkload(t, ctx, provider, buyer, "6s", node.OrderRequest{Image: image, Ports: []uint16{8080}, SSHKey: key})
+
+	var bv node.LeaseView
+	waitFor(t, ctx, "the buyer to see its container's endpoint", func() (bool, string) {
+		var err error
+		bv, err = buyer.Lease(ctx, id)
+		return err == nil && len(bv.Endpoints) == 1 && bv.ContainerState == "running", sprint(bv, err)
+	})
+	if bv.Executor != "docker" || bv.GPUAccess != "env-only" || !strings.HasPrefix(bv.ImageDigest, "sha256:") || bv.Image != image {
+		t.Errorf("buyer's lease = %+v, want docker, env-only GPUs, the image and its digest", bv)
+	}
+	ep := bv.Endpoints[0]
+	if ep.ContainerPort != 8080 || ep.Host != "127.0.0.1" || ep.HostPort < 22000 || ep.HostPort > 22999 {
+		t.Errorf("endpoint = %+v, want 8080 published on 127.0.0.1:22000-22999", ep)
+	}
+	base := fmt.Sprintf("http://%s:%d", ep.Host, ep.HostPort)
+	var env []string
+	waitFor(t, ctx, "the container to answer on its published port", func() (bool, string) {
+		resp, err := http.Get(base + "/env")
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		return json.NewDecoder(resp.Body).Decode(&env) == nil, fmt.Sprint(resp.Status)
+	})
+	gpus := strings.Join(bv.GPUs, ",")
+	for _, want := range []string{"CUDA_VISIBLE_DEVICES=" + gpus, "NVIDIA_VISIBLE_DEVICES=" + gpus, "SUANLI_LEASE=" + id} {
+		if !slices.Contains(env, want) {
+			t.Errorf("the container's environment lacks %q: %v", want, env)
+		}
+	}
+	resp, err := http.Get(base + "/file?path=/root/.ssh/authorized_keys")
+	if err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(b) != key+"\n" {
+			t.Errorf("authorized_keys = %q, want the buyer's key", b)
+		}
+	}
+	waitFor(t, ctx, "the container's output on the buyer", func() (bool, string) {
+		logs, err := buyer.Logs(ctx, id, 0)
+		var all strings.Builder
+		for _, c := range logs.Chunks {
+			all.WriteString(c.Data)
+		}
+		return err == nil && strings.Contains(all.String(), "hello from lease "+id+" gpus="+gpus), all.String()
+	})
+	pv := waitLeaseClosed(t, ctx, provider, id)
+	bv = waitLeaseClosed(t, ctx, buyer, id)
+	if pv.Reason != "completed" || bv.Reason != "completed" {
+		t.Errorf("reasons = %q, %q; want completed on both sides", pv.Reason, bv.Reason)
+	}
+	if pv.ContainerState != "exited" || pv.Exit == nil {
+		t.Errorf("provider's lease = %+v, want the container stopped with an exit status", pv)
+	}
+	if cs, vs := leftovers(); len(cs)+len(vs) > 0 {
+		t.Errorf("after the lease: containers %v, volumes %v; want none", cs, vs)
+	}
+	// Billing began when the container ran: the provider bills no more
+	// GPU time than the lease's length on 2 GPUs.
+	rs, err := provider.Receipts(ctx, id)
+	if err != nil || len(rs) == 0 {
+		t.Fatalf("Receipts = %v, %v", rs, err)
+	}
+	var ms uint64
+	for _, r := range rs {
+		ms += r.GPUMillis
+	}
+	if ms == 0 || ms > 2*6000 {
+		t.Errorf("billed %d GPU-ms, want some and at most 2 × 6 s", ms)
+	}
+}
+
+func TestLeaseDockerWorkloadEnds(t *testing.T) {
+	provider, buyer, image, leftovers := startDockerNet(t)
+	ctx := marketCtx(t)
+	t.Run("exits at once", func(t *testing.T) {
+		id := tradeWorkload(t, ctx, provider, buyer, "30s", node.OrderRequest{Image: image, Exec: []string{"/app", "exit", "3"}})
+		pv := waitLeaseClosed(t, ctx, provider, id)
+		bv := waitLeaseClosed(t, ctx, buyer, id)
+		if pv.Reason != "exited" || bv.Reason != "exited" {
+			t.Errorf("reasons = %q (provider), %q (buyer); want exited", pv.Reason, bv.Reason)
+		}
+		if pv.Exit == nil || pv.Exit.Code != 3 {
+			t.Errorf("provider's exit = %+v, want code 3", pv.Exit)
+		}
+		waitFor(t, ctx, "the exit status on the buyer", func() (bool, string) {
+			v, err := buyer.Lease(ctx, id)
+			return err == nil && v.Exit != nil && v.Exit.Code == 3 && strings.Contains(v.Note, "code 3"), sprint(v, err)
+		})
+		if end := pv.ClosedAt; end == nil || end.Sub(pv.Start) > 20*time.Second {
+			t.Errorf("closed at %v after a start at %v: billing did not stop with the workload", end, pv.Start)
+		}
+		if cs, vs := leftovers(); len(cs)+len(vs) > 0 {
+			t.Errorf("containers %v, volumes %v left; want none", cs, vs)
+		}
+	})
+	t.Run("image not allowed", func(t *testing.T) {
+		id := tradeWorkload(t, ctx, provider, buyer, "30s", node.OrderRequest{Image: "busybox:latest"})
+		pv := waitLeaseClosed(t, ctx, provider, id)
+		bv := waitLeaseClosed(t, ctx, buyer, id)
+		if pv.Reason != "failed" || bv.Reason != "failed" || !strings.Contains(pv.Note, "not allowed") || !strings.Contains(bv.Note, "not allowed") {
+			t.Errorf("leases = %+v / %+v; want failed on both sides, saying the image is not allowed", pv, bv)
+		}
+		if cs, vs := leftovers(); len(cs)+len(vs) > 0 {
+			t.Errorf("containers %v, volumes %v left; want none", cs, vs)
+		}
+	})
+}
+
+func TestBidWorkloadRefused(t *testing.T) {
+	_, buyer := startLeaseNet(t)
+	ctx := marketCtx(t)
+	for _, req := range []node.OrderRequest{
+		{Side: "bid", Market: h100, Count: 1, Price: "2", Duration: "1m", Image: "Not A//Ref::"},
+		{Side: "bid", Market: h100, Count: 1, Price: "2", Duration: "1m", Image: "x/y", Ports: []uint16{80, 80}},
+		{Side: "bid", Market: h100, Count: 1, Price: "2", Duration: "1m", Ports: []uint16{80}},
+		{Side: "ask", Market: h100, Count: 1, Price: "2", Image: "x/y"},
+	} {
+		if _, err := buyer.PlaceOrder(ctx, req); err == nil {
+			t.Errorf("PlaceOrder(%+v) = nil error, want refused", req)
+		}
+	}
+}
