@@ -18,6 +18,7 @@ import (
 	badger "github.com/dgraph-io/badger/v4"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/suanli/suanli/gpu"
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/executor"
 	"github.com/suanli/suanli/p2p"
@@ -155,6 +156,10 @@ func (n *Node) newExecutors(o options) (map[string]Executor, error) {
 		}
 		if cfg.OnBusy == nil {
 			cfg.OnBusy = n.setBusy
+		}
+		cfg.Owner = n.host.ID().String()
+		if _, sim := n.gpus.(gpu.Simulator); cfg.EnvOnlyGPUs && !sim && n.gpus != nil {
+			return nil, errors.New("node: env-only GPUs are for simulated GPUs only: real GPUs need the engine's NVIDIA runtime")
 		}
 		d, err := executor.NewDocker(cfg)
 		if err != nil {

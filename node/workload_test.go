@@ -28,7 +28,10 @@ func startDockerNet(t *testing.T) (provider, buyer *node.Node, image string, eng
 	}
 	provider, buyer = startLeaseNet(t, node.WithExecutors("reserve", "docker"),
 		node.WithDocker(node.DockerConfig{Images: pol, EnvOnlyGPUs: true, PortMin: 22000, PortMax: 22999}))
-	return provider, buyer, image, func() ([]string, []string) { return dockertest.Leftovers(t, c, executor.LeaseLabel, "") }
+	// Only this provider's objects: other tests share the engine.
+	return provider, buyer, image, func() ([]string, []string) {
+		return dockertest.Leftovers(t, c, executor.OwnerLabel, provider.PeerID().String())
+	}
 }
 
 // tradeWorkload makes provider and buyer trade 2 GPUs for d, the bid

@@ -243,8 +243,8 @@ func cmdDaemon(e *env, args []string) error {
 	passFile := fs.String("passphrase-file", "", "passphrase `file` for an encrypted key")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	billing := fs.Duration("billing-interval", 0, "meter leases and send receipts this often (default 1m)")
-	var executors listFlag
-	fs.Var(&executors, "executor", "allow an `executor` for leases: reserve, process (repeatable; default reserve)")
+	var xf execFlags
+	xf.register(fs)
 	if err := parse(e, fs, args, 0); err != nil {
 		return err
 	}
@@ -279,9 +279,11 @@ func cmdDaemon(e *env, args []string) error {
 	if *billing != 0 {
 		opts = append(opts, node.WithBillingInterval(*billing))
 	}
-	if len(executors) > 0 {
-		opts = append(opts, node.WithExecutors(executors...))
+	xopts, err := xf.options(*sim != "")
+	if err != nil {
+		return err
 	}
+	opts = append(opts, xopts...)
 	if *region != "" {
 		opts = append(opts, node.WithRegion(*region))
 	}

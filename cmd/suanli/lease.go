@@ -97,9 +97,7 @@ func printLease(e *env, l node.LeaseView) {
 	if l.Executor != "" {
 		fmt.Fprintf(e.stdout, "  executor %s %s\n", l.Executor, strings.Join(l.Exec, " "))
 	}
-	if l.Exit != nil {
-		fmt.Fprintf(e.stdout, "  exit code %d %s %s\n", l.Exit.Code, l.Exit.Signal, l.Exit.Error)
-	}
+	printWorkload(e, l)
 	for _, g := range l.GPUs {
 		fmt.Fprintf(e.stdout, "  gpu %s\n", g)
 	}
@@ -329,7 +327,7 @@ func followLeases(ctx context.Context, e *env, c *node.Client, o node.OrderView)
 		if t.Lease == "" {
 			continue
 		}
-		shown, state := 0, ""
+		shown, state, eps := 0, "", 0
 		for {
 			qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			l, err := c.Lease(qctx, t.Lease)
@@ -347,6 +345,10 @@ func followLeases(ctx context.Context, e *env, c *node.Client, o node.OrderView)
 			if l.State != state {
 				state = l.State
 				fmt.Fprintf(e.stdout, "lease %s: %s %s\n", short(l.ID), l.State, l.Reason)
+			}
+			for ; eps < len(l.Endpoints); eps++ {
+				ep := l.Endpoints[eps]
+				fmt.Fprintf(e.stdout, "port %d → %s:%d\n", ep.ContainerPort, ep.Host, ep.HostPort)
 			}
 			for ; shown < len(rs); shown++ {
 				r := rs[shown]

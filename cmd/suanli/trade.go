@@ -96,7 +96,8 @@ func cmdBid(e *env, args []string) error {
 	postOnly := fs.Bool("post-only", false, "only rest; refuse if it would trade now")
 	aon := fs.Bool("all-or-none", false, "fill the whole count at once or not at all")
 	wait := fs.Bool("wait", false, "wait and show progress: resting → matched → lease → receipts")
-	exec := fs.Bool("exec", false, "run the command after -- on the leased GPUs (the provider's process executor)")
+	var wf workloadFlags
+	wf.register(fs)
 	var command []string
 	if i := slices.Index(args, "--"); i >= 0 {
 		command, args = args[i+1:], args[:i]
@@ -104,10 +105,9 @@ func cmdBid(e *env, args []string) error {
 	if err := parse(e, fs, args, 0); err != nil {
 		return err
 	}
-	if *exec != (len(command) > 0) {
-		return fmt.Errorf("%w: --exec needs a command after --, and a command needs --exec", errUsage)
+	if err := wf.apply(&f.req, command); err != nil {
+		return err
 	}
-	f.req.Exec = command
 	if err := f.check(); err != nil {
 		return err
 	}

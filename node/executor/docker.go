@@ -22,8 +22,13 @@ import (
 )
 
 // LeaseLabel is the label, valued with the lease ID, on every container
-// and volume the docker executor creates.
-const LeaseLabel = "suanli.lease"
+// and volume the docker executor creates; OwnerLabel, valued with
+// DockerConfig.Owner, says which daemon created it, so one daemon never
+// adopts or sweeps another's on a shared engine.
+const (
+	LeaseLabel = "suanli.lease"
+	OwnerLabel = "suanli.owner"
+)
 
 // GPU access modes (Info.GPUAccess).
 const (
@@ -53,6 +58,9 @@ var sshCapAdd = []string{"SYS_CHROOT", "AUDIT_WRITE"}
 
 // DockerConfig configures the docker executor.
 type DockerConfig struct {
+	// Owner names this daemon on the engine (the node sets its peer ID):
+	// Sweep and Adopt touch only what carries it.
+	Owner string
 	// Images is what may run; the zero policy allows nothing.
 	Images ImagePolicy
 	// PortMin and PortMax bound the host ports buyers' container ports are
@@ -200,7 +208,18 @@ func (d *DockerExecutor) Admit(w Workload) error {
 	return nil
 }
 
-func labels(lease string) map[string]string { return map[string]string{LeaseLabel: lease} }
+func (d *DockerExecutor) labels(lease string) map[string]string {
+	return map[string]string{LeaseLabel: lease, OwnerLabel: d.cfg.Owner}
+}
+
+// filter selects this daemon's objects of lease ("": of every lease).
+func (d *DockerExecutor) filter(lease string) client.Filters {
+	f := make(client.Filters).Add("label", OwnerLabel+"="+d.cfg.Owner)
+	if lease == "" {
+		return f.Add("label", LeaseLabel)
+	}
+	return f.Add("label", LeaseLabel+"="+lease)
+}
 
 func containerName(lease string) string { return "suanli-" + lease }
 func volumeName(lease, what string) string {
@@ -300,7 +319,7 @@ func (d *DockerExecutor) create(ctx context.Context, w Workload, access string) 
 	cfg := &container.Config{
 		Image:  w.Image,
 		Cmd:    w.Command,
-		Labels: labels(w.LeaseID),
+		Labels: d.labels(w.LeaseID),
 		Env: []string{
 			"NVIDIA_VISIBLE_DEVICES=" + devs, "CUDA_VISIBLE_DEVICES=" + devs,
 			"NVIDIA_DRIVER_CAPABILITIES=compute,utility",
@@ -341,7 +360,7 @@ func (d *DockerExecutor) create(ctx context.Context, w Workload, access string) 
 		hc.Resources.DeviceRequests = []container.DeviceRequest{{Driver: "nvidia", DeviceIDs: w.GPUs, Capabilities: [][]string{{"gpu"}}}}
 	}
 	scratch := volumeName(w.LeaseID, "scratch")
-	if _, err := d.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: scratch, Labels: labels(w.LeaseID)}); err != nil {
+	if _, err := d.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: scratch, Labels: d.labels(w.LeaseID)}); err != nil {
 		return "", nil, fmt.Errorf("%w: create volume: %v", ErrEngine, err)
 	}
 	hc.Mounts = []mount.Mount{{Type: mount.TypeVolume, Source: scratch, Target: "/scratch"}}
@@ -350,7 +369,7 @@ func (d *DockerExecutor) create(ctx context.Context, w Workload, access string) 
 	}
 	if w.SSHKey != "" {
 		ssh := volumeName(w.LeaseID, "ssh")
-		if _, err := d.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: ssh, Labels: labels(w.LeaseID)}); err != nil {
+		if _, err := d.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: ssh, Labels: d.labels(w.LeaseID)}); err != nil {
 			return "", nil, fmt.Errorf("%w: create volume: %v", ErrEngine, err)
 		}
 		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Source: ssh, Target: "/root/.ssh"})
@@ -401,7 +420,7 @@ func (d *DockerExecutor) copyAuthorizedKeys(ctx context.Context, id, key string)
 // its ports.
 func (d *DockerExecutor) remove(ctx context.Context, lease string) error {
 	defer d.ports.release(lease)
-	f := make(client.Filters).Add("label", LeaseLabel+"="+lease)
+	f := d.filter(lease)
 	var errs []error
 	cs, err := d.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {
@@ -431,7 +450,7 @@ func (d *DockerExecutor) remove(ctx context.Context, lease string) error {
 // taken back (its ports marked used again); anything else of the lease is
 // removed.
 func (d *DockerExecutor) Adopt(ctx context.Context, w Workload, handle string) (Execution, error) {
-	f := make(client.Filters).Add("label", LeaseLabel+"="+w.LeaseID)
+	f := d.filter(w.LeaseID)
 	cs, err := d.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {
 		return nil, fmt.Errorf("%w: list containers: %v", ErrEngine, err)
@@ -490,7 +509,10 @@ func (d *DockerExecutor) Adopt(ctx context.Context, w Workload, handle string) (
 
 // Sweep implements Adopter.
 func (d *DockerExecutor) Sweep(ctx context.Context, keep func(string) bool) ([]string, error) {
-	f := make(client.Filters).Add("label", LeaseLabel)
+	if d.cfg.Owner == "" {
+		return nil, errors.New("executor: docker Sweep needs an Owner")
+	}
+	f := d.filter("")
 	leases := map[string]bool{}
 	cs, err := d.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {

@@ -64,7 +64,7 @@ func testDocker(t *testing.T, mod func(*DockerConfig)) (*DockerExecutor, *client
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := DockerConfig{Images: pol, EnvOnlyGPUs: true, PortMin: 21000, PortMax: 21999, Client: c}
+	cfg := DockerConfig{Owner: "test-" + t.Name(), Images: pol, EnvOnlyGPUs: true, PortMin: 21000, PortMax: 21999, Client: c}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -389,14 +389,25 @@ func TestDockerAdoptAndSweep(t *testing.T) {
 		t.Errorf("adopted container's port: %d %v", code, err)
 	}
 	// Sweep keeps what is kept, removes the rest.
-	if _, err := c.VolumeCreate(ctx, client.VolumeCreateOptions{Name: "suanli-orphan-" + w.LeaseID, Labels: map[string]string{LeaseLabel: "orphan-" + w.LeaseID}}); err != nil {
+	if _, err := c.VolumeCreate(ctx, client.VolumeCreateOptions{Name: "suanli-orphan-" + w.LeaseID,
+		Labels: map[string]string{LeaseLabel: "orphan-" + w.LeaseID, OwnerLabel: d.cfg.Owner}}); err != nil {
 		t.Fatal(err)
 	}
-	removed, err := d2.Sweep(ctx, func(l string) bool { return l == w.LeaseID || !strings.HasPrefix(l, "orphan-test-") })
+	// Another daemon's object on the same engine is not this one's to sweep.
+	other := "suanli-other-" + w.LeaseID
+	if _, err := c.VolumeCreate(ctx, client.VolumeCreateOptions{Name: other,
+		Labels: map[string]string{LeaseLabel: "other-" + w.LeaseID, OwnerLabel: "another-daemon"}}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.VolumeRemove(ctx, other, client.VolumeRemoveOptions{Force: true})
+	removed, err := d2.Sweep(ctx, func(l string) bool { return l == w.LeaseID })
 	if err != nil || !slices.Contains(removed, "orphan-"+w.LeaseID) {
 		t.Errorf("Sweep = %v, %v; want the orphan removed", removed, err)
 	}
 	assertNoLeftovers(t, c, "orphan-"+w.LeaseID)
+	if _, vs := dockertest.Leftovers(t, c, LeaseLabel, "other-"+w.LeaseID); len(vs) != 1 {
+		t.Errorf("Sweep removed another daemon's volume: left %v", vs)
+	}
 	if cs, _ := dockertest.Leftovers(t, c, LeaseLabel, w.LeaseID); len(cs) != 1 {
 		t.Errorf("Sweep removed the kept lease's container: %v", cs)
 	}

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/executor"
+)
+
+// execFlags are the daemon's flags for what leases may run.
+type execFlags struct {
+	executors                   listFlag
+	images                      listFlag
+	portRange, portBind, portAt string
+	envOnly                     bool
+	pullTimeout                 time.Duration
+	processUser                 string
+	vcpus                       string
+	ramGiB, diskGiB             uint64
+}
+
+func (f *execFlags) register(fs *flag.FlagSet) {
+	fs.Var(&f.executors, "executor", "allow an `executor` for leases: reserve, process, docker (repeatable; default reserve)")
+	fs.Var(&f.images, "image-allow", "docker: allow images matching `pattern` (e.g. 'ghcr.io/org/*') or a sha256: digest (repeatable; default none)")
+	fs.StringVar(&f.portRange, "port-range", "20000-20999", "docker: host `ports` buyers' container ports are published on")
+	fs.StringVar(&f.portBind, "port-bind", "127.0.0.1", "docker: host `address` published ports listen on (0.0.0.0 to serve remote buyers)")
+	fs.StringVar(&f.portAt, "port-host", "", "docker: `host` buyers are told to reach published ports at (default the bind address)")
+	fs.BoolVar(&f.envOnly, "docker-env-only-gpus", false, "docker: on an engine without the NVIDIA runtime, run containers with the GPU UUIDs in their environment only (simulated GPUs only)")
+	fs.DurationVar(&f.pullTimeout, "pull-timeout", executor.DefaultPullTimeout, "docker: time allowed to pull a missing image, before billing starts")
+	fs.StringVar(&f.processUser, "process-user", "", "process: run workloads as this unprivileged `user`")
+	fs.StringVar(&f.vcpus, "vcpus-per-gpu", "", "vCPUs sold with each GPU, a `decimal` (default: the host's cores shared out)")
+	fs.Uint64Var(&f.ramGiB, "ram-per-gpu", 0, "RAM in `GiB` sold with each GPU (default: the host's memory shared out)")
+	fs.Uint64Var(&f.diskGiB, "disk-per-gpu", 0, "scratch disk in `GiB` sold with each GPU (default: not stated)")
+}
+
+// options turns the flags into node options; sim tells whether the GPUs
+// are simulated.
+func (f *execFlags) options(sim bool) ([]node.Option, error) {
+	var opts []node.Option
+	if len(f.executors) > 0 {
+		opts = append(opts, node.WithExecutors(f.executors...))
+	}
+	docker := false
+	for _, x := range f.executors {
+		docker = docker || x == node.ExecDocker
+	}
+	if !docker && len(f.images) > 0 {
+		return nil, fmt.Errorf("%w: --image-allow needs --executor docker", errUsage)
+	}
+	if f.envOnly && !sim {
+		return nil, fmt.Errorf("%w: --docker-env-only-gpus is for simulated GPUs (--gpu-sim) only", errUsage)
+	}
+	if docker {
+		pol, err := executor.ParseImagePolicy(f.images)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --image-allow: %v", errUsage, err)
+		}
+		lo, hi, err := parsePortRange(f.portRange)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --port-range: %v", errUsage, err)
+		}
+		opts = append(opts, node.WithDocker(node.DockerConfig{Images: pol, PortMin: lo, PortMax: hi, BindIP: f.portBind,
+			AdvertiseHost: f.portAt, EnvOnlyGPUs: f.envOnly, PullTimeout: f.pullTimeout}))
+	}
+	if f.processUser != "" {
+		opts = append(opts, node.WithProcessUser(f.processUser))
+	}
+	if f.vcpus != "" || f.ramGiB > 0 || f.diskGiB > 0 {
+		var milli int64
+		if f.vcpus != "" {
+			v, err := market.ParseMoney(f.vcpus, "CPU")
+			if err != nil || v.Micros <= 0 {
+				return nil, fmt.Errorf("%w: --vcpus-per-gpu %q: want a positive decimal", errUsage, f.vcpus)
+			}
+			milli = v.Micros / 1000
+		}
+		opts = append(opts, node.WithResourcesPerGPU(milli, f.ramGiB<<30, f.diskGiB<<30))
+	}
+	return opts, nil
+}
+
+func parsePortRange(s string) (lo, hi uint16, err error) {
+	a, b, ok := strings.Cut(s, "-")
+	x, err1 := strconv.ParseUint(a, 10, 16)
+	y, err2 := strconv.ParseUint(b, 10, 16)
+	if !ok || err1 != nil || err2 != nil || x == 0 || y < x {
+		return 0, 0, fmt.Errorf("%q: want LOW-HIGH, 1 <= LOW <= HIGH <= 65535", s)
+	}
+	return uint16(x), uint16(y), nil
+}
+
+// workloadFlags are a bid's flags for what the provider should run.
+type workloadFlags struct {
+	exec     bool
+	image    string
+	ports    listFlag
+	sshKey   string
+	writable bool
+}
+
+func (f *workloadFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&f.exec, "exec", false, "run the command after -- on the leased GPUs (the provider's process executor)")
+	fs.StringVar(&f.image, "image", "", "run this container `image` on the leased GPUs (the provider's docker executor; a command after -- overrides the image's)")
+	fs.Var(&f.ports, "port", "container TCP `port` to publish on the provider's host (repeatable; needs --image)")
+	fs.StringVar(&f.sshKey, "ssh-key", "", "public key `file` to install as root's authorized_keys in the container (the image must run sshd)")
+	fs.BoolVar(&f.writable, "writable-root", false, "ask for a writable root filesystem (default read-only, with /scratch and /tmp writable)")
+}
+
+// apply puts the workload into req.
+func (f *workloadFlags) apply(req *node.OrderRequest, command []string) error {
+	if f.image == "" {
+		if f.exec != (len(command) > 0) {
+			return fmt.Errorf("%w: --exec needs a command after --, and a command needs --exec or --image", errUsage)
+		}
+		if len(f.ports) > 0 || f.sshKey != "" || f.writable {
+			return fmt.Errorf("%w: --port, --ssh-key and --writable-root need --image", errUsage)
+		}
+		req.Exec = command
+		return nil
+	}
+	if f.exec {
+		return fmt.Errorf("%w: --exec and --image conflict (a command after -- with --image is the container's)", errUsage)
+	}
+	req.Image, req.Exec, req.WritableRoot = f.image, command, f.writable
+	for _, p := range f.ports {
+		n, err := strconv.ParseUint(p, 10, 16)
+		if err != nil || n == 0 {
+			return fmt.Errorf("%w: --port %q: want a TCP port 1-65535", errUsage, p)
+		}
+		req.Ports = append(req.Ports, uint16(n))
+	}
+	if f.sshKey != "" {
+		b, err := os.ReadFile(f.sshKey)
+		if err != nil {
+			return fmt.Errorf("--ssh-key: %w", err)
+		}
+		req.SSHKey = strings.TrimSpace(string(b))
+	}
+	return nil
+}
+
+// printWorkload prints what a lease runs and where to reach it.
+func printWorkload(e *env, l node.LeaseView) {
+	if l.Image != "" {
+		fmt.Fprintf(e.stdout, "  image %s\n", l.Image)
+	}
+	if l.ImageDigest != "" {
+		fmt.Fprintf(e.stdout, "  image digest %s\n", l.ImageDigest)
+	}
+	if l.ContainerState != "" {
+		fmt.Fprintf(e.stdout, "  container %s, GPUs %s\n", l.ContainerState, l.GPUAccess)
+	}
+	for _, ep := range l.Endpoints {
+		fmt.Fprintf(e.stdout, "  port %d → %s:%d\n", ep.ContainerPort, ep.Host, ep.HostPort)
+	}
+	if l.Exit != nil {
+		oom := ""
+		if l.Exit.OOMKilled {
+			oom = " (OOM-killed)"
+		}
+		fmt.Fprintf(e.stdout, "  exit code %d%s %s %s\n", l.Exit.Code, oom, l.Exit.Signal, l.Exit.Error)
+	}
+	if l.Note != "" {
+		fmt.Fprintf(e.stdout, "  note %s\n", l.Note)
+	}
+}
