@@ -51,12 +51,12 @@ type leaseRecord struct {
 	Info *executor.Info `json:"info,omitempty"`
 	// Handle names the running workload outside the daemon (a process
 	// group, a container), to adopt or remove it after a restart.
-	Handle string      `json:"handle,omitempty"`
-	Exit   *ExitResult `json:"exit,omitempty"`
-	Pgid   int         `json:"pgid,omitempty"` // records before Handle: the process group
-	HeldSince int64              `json:"held_since_ms,omitempty"`
-	Fill      []byte             `json:"fill,omitempty"` // proto.Fill: the signed take and accept
-	Note      string             `json:"note,omitempty"`
+	Handle    string      `json:"handle,omitempty"`
+	Exit      *ExitResult `json:"exit,omitempty"`
+	Pgid      int         `json:"pgid,omitempty"` // records before Handle: the process group
+	HeldSince int64       `json:"held_since_ms,omitempty"`
+	Fill      []byte      `json:"fill,omitempty"` // proto.Fill: the signed take and accept
+	Note      string      `json:"note,omitempty"`
 }
 
 // leaseRun is one lease this node is party to, in memory.
@@ -851,25 +851,25 @@ func (n *Node) leaseRun(id string) (*leaseRun, error) {
 
 // LeaseView is a lease this node is party to.
 type LeaseView struct {
-	ID            string      `json:"id"`
-	Role          string      `json:"role"`
-	Provider      string      `json:"provider"`
-	Buyer         string      `json:"buyer"`
-	Market        string      `json:"market"`
-	State         string      `json:"state"`
-	Reason        string      `json:"reason,omitempty"`
-	GPUs          []string    `json:"gpus"`
-	Price         string      `json:"price"`
-	Currency      string      `json:"currency"`
-	PriceMicros   int64       `json:"price_micros"`
-	LeaseType     string      `json:"lease_type"`
-	Start         time.Time   `json:"start"`
-	End           time.Time   `json:"end"`
-	ClosedAt      *time.Time  `json:"closed_at,omitempty"`
-	Interval      string      `json:"billing_interval"`
-	Executor      string      `json:"executor,omitempty"`
-	Exec          []string    `json:"exec,omitempty"`
-	Exit          *ExitResult `json:"exit,omitempty"`
+	ID          string      `json:"id"`
+	Role        string      `json:"role"`
+	Provider    string      `json:"provider"`
+	Buyer       string      `json:"buyer"`
+	Market      string      `json:"market"`
+	State       string      `json:"state"`
+	Reason      string      `json:"reason,omitempty"`
+	GPUs        []string    `json:"gpus"`
+	Price       string      `json:"price"`
+	Currency    string      `json:"currency"`
+	PriceMicros int64       `json:"price_micros"`
+	LeaseType   string      `json:"lease_type"`
+	Start       time.Time   `json:"start"`
+	End         time.Time   `json:"end"`
+	ClosedAt    *time.Time  `json:"closed_at,omitempty"`
+	Interval    string      `json:"billing_interval"`
+	Executor    string      `json:"executor,omitempty"`
+	Exec        []string    `json:"exec,omitempty"`
+	Exit        *ExitResult `json:"exit,omitempty"`
 	// Of a container workload: the image asked for and the digest that
 	// ran (the repo digest, else the image ID), the container's state,
 	// where its published ports are reached, and how the GPUs reach it
@@ -879,10 +879,10 @@ type LeaseView struct {
 	ContainerState string     `json:"container_state,omitempty"`
 	Endpoints      []Endpoint `json:"endpoints,omitempty"`
 	GPUAccess      string     `json:"gpu_access,omitempty"`
-	Receipts      uint64      `json:"receipts"`
-	Countersigned uint64      `json:"countersigned"`
-	Cumulative    string      `json:"cumulative"`
-	Note          string      `json:"note,omitempty"`
+	Receipts       uint64     `json:"receipts"`
+	Countersigned  uint64     `json:"countersigned"`
+	Cumulative     string     `json:"cumulative"`
+	Note           string     `json:"note,omitempty"`
 }
 
 func (r *leaseRun) view() LeaseView {

@@ -33,11 +33,11 @@ const (
 
 // ownOrder is one of this node's orders and what became of it.
 type ownOrder struct {
-	order  market.Order
-	env    []byte
-	status string // resting, filled, cancelled, expired, done (IOC remainder dropped)
-	fills  []TradeView
-	err    string
+	order    market.Order
+	env      []byte
+	status   string // resting, filled, cancelled, expired, done (IOC remainder dropped)
+	fills    []TradeView
+	err      string
 	workload WorkloadSpec // bids: what the buyer asks the provider to run
 }
 

@@ -225,7 +225,6 @@ func (n *Node) inventoryCount() int {
 	return len(inv.Devices)
 }
 
-
 // pausedHold is HeldSince while a workload is prepared: billing waits for
 // it to run.
 const pausedHold = math.MaxInt64
