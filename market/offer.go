@@ -126,6 +126,10 @@ func ValidateOffer(o *proto.Offer, now time.Time) error {
 			return fmt.Errorf("%w: reserved discount %d bp from %ds", ErrOfferPrice, d.BasisPoints, d.MinDurationS)
 		}
 	}
+	if h := o.Host; h != nil && (h.MilliCpusPerGpu > MaxMilliCPUsPerGPU || h.MemoryBytesPerGpu > MaxBytesPerGPU || h.DiskBytesPerGpu > MaxBytesPerGPU) {
+		return fmt.Errorf("%w: per GPU %d milli-vCPUs, %d bytes RAM, %d bytes disk: beyond any machine", ErrOfferSchema,
+			h.MilliCpusPerGpu, h.MemoryBytesPerGpu, h.DiskBytesPerGpu)
+	}
 	t := o.Terms
 	if t == nil {
 		return fmt.Errorf("%w: no lease terms", ErrOfferSchema)
@@ -173,7 +177,16 @@ type OfferFilter struct {
 	MaxPrice *Money
 	// CCAttested keeps only offers carrying confidential-computing evidence.
 	CCAttested bool
+	// MinMilliCPUsPerGPU and MinRAMBytesPerGPU are the least CPU (in
+	// thousandths of a vCPU) and RAM each leased GPU must come with.
+	MinMilliCPUsPerGPU, MinRAMBytesPerGPU uint64
 }
+
+// Bounds of what an offer may say comes with each GPU.
+const (
+	MaxMilliCPUsPerGPU = 1024 * 1000
+	MaxBytesPerGPU     = 1 << 50
+)
 
 // MatchingGPUs counts the offer's GPUs that satisfy the GPU and memory filters.
 func (f OfferFilter) MatchingGPUs(o *proto.Offer) int {
@@ -213,6 +226,9 @@ func (f OfferFilter) Match(o *proto.Offer) bool {
 		}
 	}
 	if f.CCAttested && o.Attestation != proto.AttestationLevel_ATTESTATION_LEVEL_CC_EVIDENCE {
+		return false
+	}
+	if o.GetHost().GetMilliCpusPerGpu() < f.MinMilliCPUsPerGPU || o.GetHost().GetMemoryBytesPerGpu() < f.MinRAMBytesPerGPU {
 		return false
 	}
 	return true

@@ -65,6 +65,10 @@ type OfferQuery struct {
 	MaxPrice   string `json:"max_price,omitempty"`
 	Currency   string `json:"currency,omitempty"`
 	CCAttested bool   `json:"cc_attested,omitempty"`
+	// MinVCPUsPerGPU and MinRAMGiBPerGPU ask for at least this much CPU
+	// and RAM with each GPU (as the offer states; containers get it).
+	MinVCPUsPerGPU  uint64 `json:"min_vcpus_per_gpu,omitempty"`
+	MinRAMGiBPerGPU uint64 `json:"min_ram_gib_per_gpu,omitempty"`
 	// Sort is price (default), vram or gpus.
 	Sort string `json:"sort,omitempty"`
 }
@@ -77,6 +81,9 @@ func (q OfferQuery) filter() (market.OfferFilter, error) {
 		MinMemoryBytes: q.MinVRAMGiB << 30,
 		Region:         q.Region,
 		CCAttested:     q.CCAttested,
+
+		MinMilliCPUsPerGPU: q.MinVCPUsPerGPU * 1000,
+		MinRAMBytesPerGPU:  q.MinRAMGiBPerGPU << 30,
 	}
 	if q.MinGPUs < 0 {
 		return f, badRequest("min-gpus must not be negative")
@@ -116,6 +123,16 @@ type OfferView struct {
 	Matching int          `json:"matching_gpus"`
 	GPUs     []GPUSummary `json:"gpus"`
 	Terms    TermsView    `json:"terms"`
+	// PerGPU is what each leased GPU comes with.
+	PerGPU PerGPUView `json:"per_gpu"`
+}
+
+// PerGPUView is the CPU, RAM and disk an offer sells with each GPU; zero:
+// not stated.
+type PerGPUView struct {
+	MilliCPUs uint64 `json:"milli_cpus"`
+	RAMBytes  uint64 `json:"ram_bytes"`
+	DiskBytes uint64 `json:"disk_bytes"`
 }
 
 // GPUSummary is one offered GPU.
@@ -151,6 +168,8 @@ func offerView(o *proto.Offer, f market.OfferFilter) OfferView {
 			MaxDurationS:      o.GetTerms().GetMaxDurationS(),
 			BillingIncrementS: o.GetTerms().GetBillingIncrementS(),
 		},
+		PerGPU: PerGPUView{MilliCPUs: o.GetHost().GetMilliCpusPerGpu(), RAMBytes: o.GetHost().GetMemoryBytesPerGpu(),
+			DiskBytes: o.GetHost().GetDiskBytesPerGpu()},
 	}
 	if sf := o.GetPricing().GetSpotFloorMicros(); sf > 0 {
 		v.SpotFloor = market.FormatMicros(sf, v.Currency)

@@ -58,6 +58,13 @@ func TestUsageErrors(t *testing.T) {
 		{name: "offers min-gpus not a number", args: []string{"--repo", repo, "offers", "--min-gpus", "many"}, wantErr: "invalid value"},
 		{name: "daemon gpu-sim and no-gpu", args: []string{"--repo", repo, "daemon", "--gpu-sim", "dgxh100", "--no-gpu"}, wantErr: "--gpu-sim and --no-gpu conflict"},
 		{name: "daemon log-level loud", args: []string{"--repo", repo, "daemon", "--log-level", "loud"}, wantErr: "--log-level"},
+		{name: "daemon image-allow without docker", args: []string{"--repo", repo, "daemon", "--image-allow", "x/*"}, wantErr: "--image-allow needs --executor docker"},
+		{name: "daemon port range", args: []string{"--repo", repo, "daemon", "--executor", "docker", "--port-range", "9-3"}, wantErr: "--port-range"},
+		{name: "daemon env-only without sim", args: []string{"--repo", repo, "daemon", "--executor", "docker", "--docker-env-only-gpus"}, wantErr: "simulated GPUs"},
+		{name: "daemon vcpus bogus", args: []string{"--repo", repo, "daemon", "--vcpus-per-gpu", "lots"}, wantErr: "--vcpus-per-gpu"},
+		{name: "bid port without image", args: []string{"--repo", repo, "bid", "--gpu", "x", "--count", "1", "--price", "1", "--duration", "1m", "--port", "22"}, wantErr: "need --image"},
+		{name: "bid port bogus", args: []string{"--repo", repo, "bid", "--gpu", "x", "--count", "1", "--price", "1", "--duration", "1m", "--image", "a/b", "--port", "99999"}, wantErr: "--port"},
+		{name: "bid exec and image", args: []string{"--repo", repo, "bid", "--gpu", "x", "--count", "1", "--price", "1", "--duration", "1m", "--image", "a/b", "--exec", "--", "sh"}, wantErr: "conflict"},
 		{name: "devnet zero providers", args: []string{"devnet", "--providers", "0"}, wantErr: "--providers and --buyers must be 1..200"},
 	}
 	for _, tc := range tests {

@@ -79,6 +79,8 @@ func cmdOffers(e *env, args []string) error {
 	fs.StringVar(&q.MaxPrice, "max-price", "", "highest on-demand price per GPU-hour, a `decimal`")
 	fs.StringVar(&q.Currency, "currency", "USD", "`currency` of --max-price")
 	fs.BoolVar(&q.CCAttested, "cc-attested", false, "only offers carrying confidential-computing evidence")
+	fs.Uint64Var(&q.MinVCPUsPerGPU, "min-vcpus-per-gpu", 0, "at least `N` vCPUs with each GPU")
+	fs.Uint64Var(&q.MinRAMGiBPerGPU, "min-ram-per-gpu", 0, "at least `GIB` of RAM with each GPU")
 	fs.StringVar(&q.Sort, "sort", "price", "sort by price, vram or gpus")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after `duration`")
 	verify := fs.Bool("verify", false, "challenge each provider to attest its GPUs with a fresh nonce (VERIFIED column)")
@@ -122,9 +124,10 @@ func cmdOffers(e *env, args []string) error {
 
 func printOffers(e *env, offers []node.OfferView) {
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROVIDER\tREGION\tGPUS\tMEMORY/GPU\tPRICE/GPU-H\tATTESTATION")
+	fmt.Fprintln(tw, "PROVIDER\tREGION\tGPUS\tMEMORY/GPU\tVCPU+RAM/GPU\tPRICE/GPU-H\tATTESTATION")
 	for _, o := range offers {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s %s\t%s\n", short(o.Provider), o.Region, gpuSummary(o.GPUs), memSummary(o.GPUs), o.Price, o.Currency, o.Attestation)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s %s\t%s\n", short(o.Provider), o.Region, gpuSummary(o.GPUs), memSummary(o.GPUs),
+			perGPUSummary(o.PerGPU), o.Price, o.Currency, o.Attestation)
 	}
 	tw.Flush()
 }
@@ -147,6 +150,13 @@ func gpuSummary(gs []node.GPUSummary) string {
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, ", ")
+}
+
+func perGPUSummary(p node.PerGPUView) string {
+	if p.MilliCPUs == 0 && p.RAMBytes == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%s vCPU + %s", strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%d.%03d", p.MilliCPUs/1000, p.MilliCPUs%1000), "0"), "."), gib(p.RAMBytes))
 }
 
 func memSummary(gs []node.GPUSummary) string {

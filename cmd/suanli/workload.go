@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node"
 	"github.com/suanli/suanli/node/executor"
 )
@@ -74,15 +73,34 @@ func (f *execFlags) options(sim bool) ([]node.Option, error) {
 	if f.vcpus != "" || f.ramGiB > 0 || f.diskGiB > 0 {
 		var milli int64
 		if f.vcpus != "" {
-			v, err := market.ParseMoney(f.vcpus, "CPU")
-			if err != nil || v.Micros <= 0 {
-				return nil, fmt.Errorf("%w: --vcpus-per-gpu %q: want a positive decimal", errUsage, f.vcpus)
+			m, err := parseMilli(f.vcpus)
+			if err != nil || m <= 0 {
+				return nil, fmt.Errorf("%w: --vcpus-per-gpu %q: want a positive decimal with at most 3 places", errUsage, f.vcpus)
 			}
-			milli = v.Micros / 1000
+			milli = m
 		}
 		opts = append(opts, node.WithResourcesPerGPU(milli, f.ramGiB<<30, f.diskGiB<<30))
 	}
 	return opts, nil
+}
+
+// parseMilli parses a decimal such as "8" or "0.25" into thousandths.
+func parseMilli(s string) (int64, error) {
+	whole, frac, _ := strings.Cut(s, ".")
+	if len(frac) > 3 || whole == "" && frac == "" {
+		return 0, fmt.Errorf("bad decimal %q", s)
+	}
+	w, err := strconv.ParseInt(cmpOr(whole, "0"), 10, 32)
+	if err != nil || w < 0 {
+		return 0, fmt.Errorf("bad decimal %q", s)
+	}
+	var f int64
+	if frac != "" {
+		if f, err = strconv.ParseInt((frac + "00")[:3], 10, 32); err != nil || f < 0 {
+			return 0, fmt.Errorf("bad decimal %q", s)
+		}
+	}
+	return w*1000 + f, nil
 }
 
 func parsePortRange(s string) (lo, hi uint16, err error) {
