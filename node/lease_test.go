@@ -15,7 +15,7 @@ import (
 // Leases across real nodes on loopback, billed every second: trade →
 // lease → receipts → close, settled the same on both sides.
 
-func startLeaseNet(t *testing.T, opts ...node.Option) (provider, buyer *node.Node) {
+func startLeaseNet(t testing.TB, opts ...node.Option) (provider, buyer *node.Node) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -18,7 +18,7 @@ import (
 
 // startDockerNet is a provider whose leases may run suanli-test/* images
 // on the local engine (env-only GPUs: these are simulated), and a buyer.
-func startDockerNet(t *testing.T) (provider, buyer *node.Node, image string, engine func() (containers, volumes []string)) {
+func startDockerNet(t testing.TB) (provider, buyer *node.Node, image string, engine func() (containers, volumes []string)) {
 	t.Helper()
 	c := dockertest.Engine(t)
 	image = dockertest.EchoImage(t, c)
