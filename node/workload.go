@@ -264,12 +264,6 @@ func (n *Node) handleExec(ctx context.Context, from peer.ID, body []byte, out *p
 		return
 	}
 	name := req.ExecutorName()
-	ex, ok := n.leases.executors[name]
-	if !ok {
-		n.metrics.rejects.WithLabelValues("exec", "executor").Inc()
-		exit(ExitResult{Code: -1, Error: fmt.Sprintf("%v: %s (the GPUs stay reserved)", ErrExecutor, name)})
-		return
-	}
 	r.mu.Lock()
 	if r.ml.State != market.LeaseRunning {
 		r.mu.Unlock()
@@ -282,11 +276,17 @@ func (n *Node) handleExec(ctx context.Context, from peer.ID, body []byte, out *p
 	n.putRecordLocked(r)
 	r.mu.Unlock()
 
-	w := n.workloadOf(r, spec)
-	w.Stdout, w.Stderr = lenient{out.Kind(p2p.FrameStdout)}, lenient{out.Kind(p2p.FrameStderr)}
-	sctx, cancel := context.WithTimeout(n.ctx, workloadStartBudget)
-	run, err := ex.Start(sctx, w)
-	cancel()
+	var run Execution
+	ex, ok := n.leases.executors[name]
+	if !ok {
+		err = fmt.Errorf("%w: %w: %s", executor.ErrRefused, ErrExecutor, name)
+	} else {
+		w := n.workloadOf(r, spec)
+		w.Stdout, w.Stderr = lenient{out.Kind(p2p.FrameStdout)}, lenient{out.Kind(p2p.FrameStderr)}
+		sctx, cancel := context.WithTimeout(n.ctx, workloadStartBudget)
+		run, err = ex.Start(sctx, w)
+		cancel()
+	}
 	if err != nil {
 		reason := "workload refused"
 		if !errors.Is(err, executor.ErrRefused) {

@@ -170,6 +170,20 @@ func TestLeaseDockerWorkloadEnds(t *testing.T) {
 	})
 }
 
+func TestLeaseExecutorNotAllowed(t *testing.T) {
+	provider, buyer := startLeaseNet(t) // reserve only
+	ctx := marketCtx(t)
+	id := tradeWorkload(t, ctx, provider, buyer, "30s", node.OrderRequest{Image: "suanli-test/echo"})
+	pv := waitLeaseClosed(t, ctx, provider, id)
+	bv := waitLeaseClosed(t, ctx, buyer, id)
+	if pv.Reason != "failed" || bv.Reason != "failed" || !strings.Contains(bv.Note, "executor not allowed") {
+		t.Errorf("leases = %+v / %+v; want failed on both sides: executor not allowed", pv, bv)
+	}
+	if bv.Exit == nil || !strings.Contains(bv.Exit.Error, "docker") {
+		t.Errorf("buyer's exit = %+v, want the refusal naming docker", bv.Exit)
+	}
+}
+
 func TestBidWorkloadRefused(t *testing.T) {
 	_, buyer := startLeaseNet(t)
 	ctx := marketCtx(t)

@@ -42,6 +42,7 @@ const (
 	DefaultPortMax     = 20999
 	DefaultPullTimeout = 10 * time.Minute
 	DefaultPidsLimit   = 4096
+	DefaultEngineGrace = time.Minute
 	// MaxPorts bounds the ports one lease may publish.
 	MaxPorts = 16
 )
@@ -78,6 +79,10 @@ type DockerConfig struct {
 	EnvOnlyGPUs bool
 	// PullTimeout bounds pulling a missing image, before billing starts.
 	PullTimeout time.Duration
+	// EngineGrace is how long a running container's engine may stay out of
+	// reach (restarting, say) before the workload is taken as lost.
+	// Default DefaultEngineGrace.
+	EngineGrace time.Duration
 	// PidsLimit bounds a container's processes. Default DefaultPidsLimit.
 	PidsLimit int64
 	// Client talks to the engine; default: from the environment
@@ -131,6 +136,9 @@ func NewDocker(cfg DockerConfig) (*DockerExecutor, error) {
 	}
 	if cfg.PidsLimit <= 0 {
 		cfg.PidsLimit = DefaultPidsLimit
+	}
+	if cfg.EngineGrace <= 0 {
+		cfg.EngineGrace = DefaultEngineGrace
 	}
 	cli := cfg.Client
 	if cli == nil {
@@ -571,7 +579,7 @@ func (d *DockerExecutor) newRun(w Workload, id, access, imageID, repoDigest stri
 
 // watch waits for the container to stop and records how it ended. An
 // engine that drops the wait (restarting, say) is asked again until it
-// answers with the container's state or stays away past a minute.
+// answers with the container's state or stays away past EngineGrace.
 func (r *dockerRun) watch(ctx context.Context, wait client.ContainerWaitResult) {
 	defer close(r.done)
 	defer func() {
@@ -609,7 +617,7 @@ func (r *dockerRun) watch(ctx context.Context, wait client.ContainerWaitResult) 
 			case cerrdefs.IsNotFound(ierr):
 				r.finish(-1, "the container was removed outside the daemon")
 				return
-			case time.Since(lost) > time.Minute:
+			case time.Since(lost) > r.d.cfg.EngineGrace:
 				r.finish(-1, "lost the container engine: "+err.Error())
 				return
 			}

@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -416,4 +418,98 @@ func TestDockerAdoptAndSweep(t *testing.T) {
 	if _, err := d2.Adopt(ctx, w, before.Handle); !errors.Is(err, ErrGone) {
 		t.Errorf("Adopt after the end = %v, want ErrGone", err)
 	}
+}
+
+// engineProxy forwards a unix socket to the engine's, until cut.
+type engineProxy struct {
+	l     net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func newEngineProxy(t *testing.T) (*engineProxy, string) {
+	t.Helper()
+	target := "/var/run/docker.sock"
+	if h := os.Getenv("DOCKER_HOST"); h != "" {
+		if !strings.HasPrefix(h, "unix://") {
+			t.Skipf("skipped: DOCKER_HOST %s is not a unix socket", h)
+		}
+		target = strings.TrimPrefix(h, "unix://")
+	}
+	sock := filepath.Join(t.TempDir(), "engine.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &engineProxy{l: l}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("unix", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			go func() { io.Copy(up, c); up.Close() }()
+			go func() { io.Copy(c, up); c.Close() }()
+		}
+	}()
+	t.Cleanup(p.cut)
+	return p, "unix://" + sock
+}
+
+// cut stops the proxy: the engine is gone, as far as its clients see.
+func (p *engineProxy) cut() {
+	p.l.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+}
+
+func TestDockerEngineLost(t *testing.T) {
+	d, c, img := testDocker(t, nil)
+	proxy, host := newEngineProxy(t)
+	pc, err := client.New(client.WithHost(host), client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	cfg := d.cfg
+	cfg.Client, cfg.EngineGrace = pc, 2*time.Second
+	lost, err := NewDocker(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := Workload{LeaseID: leaseID(t), Image: img}
+	cleanupLease(t, d, w.LeaseID)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	run, err := lost.Start(ctx, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.cut()
+	select {
+	case <-run.Done():
+	case <-ctx.Done():
+		t.Fatal("a lost engine was never noticed")
+	}
+	if res := run.Result(); res.Code != -1 || !strings.Contains(res.Error, "lost the container engine") {
+		t.Errorf("Result = %+v, want the engine lost", res)
+	}
+	if err := run.Stop(time.Second); !errors.Is(err, ErrEngine) {
+		t.Errorf("Stop with the engine gone = %v, want ErrEngine", err)
+	}
+	// The engine itself is fine: what the lease left is still removed by
+	// label (as a restarted daemon's sweep would).
+	d.remove(ctx, w.LeaseID)
+	assertNoLeftovers(t, c, w.LeaseID)
 }
