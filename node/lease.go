@@ -227,7 +227,10 @@ func (n *Node) stopLeases() {
 		r.mu.Lock()
 		ex := r.exec
 		r.mu.Unlock()
-		if ex != nil {
+		if d, ok := ex.(executor.Detacher); ok {
+			// A container runs on; the restarted daemon adopts it.
+			d.Detach()
+		} else if ex != nil {
 			ex.Stop(leaseStopGrace)
 		}
 	}

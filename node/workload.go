@@ -331,7 +331,9 @@ func (n *Node) handleExec(ctx context.Context, from peer.ID, body []byte, out *p
 	n.log.Info("workload started", "lease", r.id, "executor", name, "handle", info.Handle, "image", info.Image)
 	b, _ := json.Marshal(info)
 	out.Frame(p2p.FrameStarted, b)
-	exit(n.watchWorkload(r, run))
+	if res := n.watchWorkload(r, run); !res.Detached {
+		exit(res)
+	} // else the daemon is closing: the buyer reattaches after its restart
 }
 
 // attachExec answers a buyer reconnecting to its lease's workload: what it
@@ -374,9 +376,10 @@ func (n *Node) attachExec(ctx context.Context, r *leaseRun, req execRequest, out
 	case <-ctx.Done():
 		return
 	}
-	res := run.Result()
-	b, _ = json.Marshal(res)
-	out.Frame(p2p.FrameExit, b)
+	if res := run.Result(); !res.Detached {
+		b, _ = json.Marshal(res)
+		out.Frame(p2p.FrameExit, b)
+	}
 }
 
 // watchWorkload waits for run to end and records how; a lease still
@@ -384,6 +387,9 @@ func (n *Node) attachExec(ctx context.Context, r *leaseRun, req execRequest, out
 func (n *Node) watchWorkload(r *leaseRun, run Execution) ExitResult {
 	<-run.Done()
 	res := run.Result()
+	if res.Detached {
+		return res
+	}
 	info := run.Info()
 	r.mu.Lock()
 	if r.exec != run {

@@ -198,3 +198,61 @@ func TestBidWorkloadRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseDockerProviderRestart: a provider closed gracefully mid-lease
+// leaves its container running; restarted on its repo and address, it
+// adopts it and the lease completes, the buyer's output resuming.
+func TestLeaseDockerProviderRestart(t *testing.T) {
+	c := dockertest.Engine(t)
+	image := dockertest.EchoImage(t, c)
+	pol, _ := executor.ParseImagePolicy([]string{"suanli-test/*"})
+	dockerOpts := []node.Option{node.WithExecutors("reserve", "docker"),
+		node.WithDocker(node.DockerConfig{Images: pol, EnvOnlyGPUs: true, PortMin: 22000, PortMax: 22999})}
+	provider, buyer := startLeaseNet(t, dockerOpts...)
+	ctx := marketCtx(t)
+	id := tradeWorkload(t, ctx, provider, buyer, "12s", node.OrderRequest{Image: image, Ports: []uint16{8080}})
+	var before node.LeaseView
+	waitFor(t, ctx, "the container running", func() (bool, string) {
+		var err error
+		before, err = buyer.Lease(ctx, id)
+		return err == nil && before.ContainerState == "running" && before.Countersigned >= 1, sprint(before, err)
+	})
+	repo, addrs := provider.Repo(), provider.Addrs()
+	if err := provider.Close(); err != nil {
+		t.Fatal(err)
+	}
+	url := fmt.Sprintf("http://%s:%d/env", before.Endpoints[0].Host, before.Endpoints[0].HostPort)
+	if resp, err := http.Get(url); err != nil {
+		t.Errorf("the container stopped with its daemon: %v", err)
+	} else {
+		resp.Body.Close()
+	}
+	logsBefore, _ := buyer.Logs(ctx, id, 0)
+	var listen []string
+	for _, a := range addrs {
+		listen = append(listen, strings.Split(a, "/p2p/")[0])
+	}
+	p2, err := node.New(append([]node.Option{node.WithRepo(repo), node.WithListen(listen...), node.WithAPI(""), node.WithLogger(quiet),
+		node.WithBillingInterval(time.Second), node.WithGPUSim("dgxh100", 1), node.WithRegion("CN-GZ"), node.WithPrice("2.49", "USD"),
+		node.WithBootstrap(buyer.Addrs()...)}, dockerOpts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p2.Close() })
+	pv, err := p2.Lease(ctx, id)
+	if err != nil || pv.ContainerState != "running" || len(pv.Endpoints) != 1 || pv.Endpoints[0] != before.Endpoints[0] {
+		t.Fatalf("restarted provider's lease = %+v, %v; want the same container adopted", pv, err)
+	}
+	waitFor(t, ctx, "the buyer's output to resume", func() (bool, string) {
+		l, err := buyer.Logs(ctx, id, logsBefore.Next)
+		return err == nil && len(l.Chunks) > 0, sprint(l, err)
+	})
+	pv = waitLeaseClosed(t, ctx, p2, id)
+	bv := waitLeaseClosed(t, ctx, buyer, id)
+	if pv.Reason != "completed" || bv.Reason != "completed" {
+		t.Errorf("reasons = %q, %q; want completed", pv.Reason, bv.Reason)
+	}
+	if cs, vs := dockertest.Leftovers(t, c, executor.LeaseLabel, id); len(cs)+len(vs) > 0 {
+		t.Errorf("left containers %v volumes %v", cs, vs)
+	}
+}

@@ -108,6 +108,7 @@ var (
 	_ Adopter     = (*DockerExecutor)(nil)
 	_ Execution   = (*dockerRun)(nil)
 	_ LogFollower = (*dockerRun)(nil)
+	_ Detacher    = (*dockerRun)(nil)
 )
 
 // NewDocker returns a docker executor. It does not contact the engine:
@@ -565,6 +566,7 @@ type dockerRun struct {
 	mu       sync.Mutex
 	info     Info
 	res      ExitResult
+	detached bool
 	stopping bool
 	stopOnce sync.Once
 	stopErr  error
@@ -603,6 +605,13 @@ func (r *dockerRun) watch(ctx context.Context, wait client.ContainerWaitResult) 
 			return
 		case err := <-wait.Error:
 			if ctx.Err() != nil {
+				r.mu.Lock()
+				if r.detached {
+					r.res = ExitResult{Code: -1, Detached: true}
+					r.mu.Unlock()
+					return
+				}
+				r.mu.Unlock()
 				r.finish(-1, "")
 				return
 			}
@@ -703,6 +712,15 @@ func (r *dockerRun) Stop(grace time.Duration) error {
 		}
 	})
 	return r.stopErr
+}
+
+// Detach implements Detacher: the container runs on, unwatched.
+func (r *dockerRun) Detach() {
+	r.mu.Lock()
+	r.detached = true
+	r.mu.Unlock()
+	r.cancel()
+	<-r.done
 }
 
 // FollowLogs implements LogFollower.

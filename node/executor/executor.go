@@ -104,8 +104,18 @@ type LogFollower interface {
 	FollowLogs(ctx context.Context, since time.Time, stdout, stderr io.Writer) error
 }
 
+// Detacher is an Execution whose workload can outlive the daemon: Detach
+// stops watching it without stopping it (the daemon is shutting down and
+// will adopt it on restart). Done then closes with Result().Detached set.
+type Detacher interface {
+	Detach()
+}
+
 // ExitResult is how a workload ended.
 type ExitResult struct {
+	// Detached: the workload did not end; the daemon stopped watching it
+	// (see Detacher).
+	Detached  bool   `json:"detached,omitempty"`
 	Code      int    `json:"code"`                 // exit code; -1 when killed by a signal or never run
 	Signal    string `json:"signal,omitempty"`     // the signal that killed it
 	OOMKilled bool   `json:"oom_killed,omitempty"` // the kernel killed it for memory
