@@ -31,24 +31,11 @@ func startLeaseNet(t testing.TB, opts ...node.Option) (provider, buyer *node.Nod
 	return net.Providers[0], net.Buyers[0]
 }
 
-// trade makes provider and buyer trade 2 GPUs for d and returns the lease.
+// trade makes provider and buyer trade 2 GPUs for d and returns the lease;
+// exec is the bid's command for the process executor.
 func trade(t *testing.T, ctx context.Context, provider, buyer *node.Node, d string, exec ...string) string {
 	t.Helper()
-	if _, err := provider.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: 2, Price: "2.40", MinDuration: "1s"}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, ctx, "the buyer to see the ask", func() (bool, string) {
-		b, err := buyer.Book(ctx, h100, "USD")
-		return err == nil && len(b.Asks) == 1, sprint(b, err)
-	})
-	bid, err := buyer.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.50", Duration: d, IOC: true, Exec: exec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(bid.Fills) != 1 || bid.Fills[0].Lease == "" {
-		t.Fatalf("bid = %+v, want one fill with a lease", bid)
-	}
-	return bid.Fills[0].Lease
+	return tradeWorkload(t, ctx, provider, buyer, d, node.OrderRequest{Exec: exec})
 }
 
 func waitLeaseClosed(t *testing.T, ctx context.Context, n *node.Node, id string) node.LeaseView {

@@ -272,7 +272,10 @@ func (n *Node) handleExec(ctx context.Context, from peer.ID, body []byte, out *p
 	}
 	spec := req.WorkloadSpec
 	r.rec.Workload, r.rec.Executor, r.rec.Exec = &spec, name, spec.Command
-	r.rec.HeldSince = pausedHold
+	pause := name == ExecDocker // an image may take minutes to pull; a process starts at once
+	if pause {
+		r.rec.HeldSince = pausedHold
+	}
 	n.putRecordLocked(r)
 	r.mu.Unlock()
 
@@ -322,7 +325,9 @@ func (n *Node) handleExec(ctx context.Context, from peer.ID, body []byte, out *p
 	}
 	old := r.exec
 	r.exec, r.rec.Info, r.rec.Handle = run, &info, info.Handle
-	r.rec.HeldSince = n.now().UnixMilli()
+	if pause {
+		r.rec.HeldSince = n.now().UnixMilli()
+	}
 	n.putRecordLocked(r)
 	r.mu.Unlock()
 	if old != nil {

@@ -29,30 +29,9 @@ type dockerNet struct {
 func startDockerNet(t *testing.T, ports string) *dockerNet {
 	t.Helper()
 	c := dockertest.Engine(t)
-	k := &dockerNet{engine: c, image: dockertest.EchoImage(t, c)}
-	k.repoP, k.repoB = t.TempDir(), t.TempDir()
-	portP, portB := freePort(t), freePort(t)
-	k.argsP = []string{"--gpu-sim", "dgxh100", "--region", "CN-GZ", "--price", "2.49", "--billing-interval", "1s",
-		"--executor", "docker", "--image-allow", "suanli-test/*", "--docker-env-only-gpus", "--port-range", ports,
-		"--listen", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", portP)}
-	k.dP = startDaemon(t, k.repoP, k.argsP...)
-	k.idP = keyID(t, k.repoP, nil)
-	k.addrP = fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", portP, k.idP)
-	k.argsB = []string{"--no-gpu", "--bootstrap", k.addrP, "--billing-interval", "1s", "--listen", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", portB)}
-	k.dB = startDaemon(t, k.repoB, k.argsB...)
-	k.idB = keyID(t, k.repoB, nil)
-	k.addrB = fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", portB, k.idB)
-	k.argsP = append(k.argsP, "--bootstrap", k.addrB)
-	poll(t, "the ask to rest", func() (bool, string) {
-		code, out, errOut := runCLI(t, "--repo", k.repoP, "ask", "--gpu", h100Market, "--count", "2", "--price", "2.40", "--min-duration", "1s")
-		return code == 0, out + errOut
-	})
-	poll(t, "the buyer to see the ask", func() (bool, string) {
-		code, out, errOut := runCLI(t, "--repo", k.repoB, "book", h100Market, "--json")
-		var b node.BookView
-		return code == 0 && json.Unmarshal([]byte(out), &b) == nil && len(b.Asks) > 0, out + errOut
-	})
-	return k
+	image := dockertest.EchoImage(t, c)
+	k := startPair(t, "--executor", "docker", "--image-allow", "suanli-test/*", "--docker-env-only-gpus", "--port-range", ports)
+	return &dockerNet{killNet: *k, engine: c, image: image}
 }
 
 // leftovers fails the test if anything labelled suanli.lease remains.

@@ -41,10 +41,26 @@ type killNet struct {
 
 func startKillNet(t *testing.T, duration string) *killNet {
 	t.Helper()
+	k := startPair(t, "--executor", "reserve")
+	poll(t, "the bid to fill", func() (bool, string) {
+		code, out, errOut := runCLI(t, "--repo", k.repoB, "bid", "--gpu", h100Market, "--count", "2", "--price", "2.50",
+			"--duration", duration, "--ioc")
+		return code == 0 && strings.Contains(out, "filled"), out + errOut
+	})
+	l := k.leaseOn(t, k.repoB)
+	k.lease, k.priceMicros = l.ID, l.PriceMicros
+	return k
+}
+
+// startPair starts a provider daemon (a simulated DGX H100 in CN-GZ,
+// billing every second, with extra flags) and a buyer daemon on fixed
+// ports, and rests an ask of 2 GPUs at 2.40 that the buyer sees.
+func startPair(t *testing.T, extra ...string) *killNet {
+	t.Helper()
 	k := &killNet{repoP: t.TempDir(), repoB: t.TempDir()}
 	portP, portB := freePort(t), freePort(t)
-	k.argsP = []string{"--gpu-sim", "dgxh100", "--region", "CN-GZ", "--price", "2.49",
-		"--billing-interval", "1s", "--executor", "reserve", "--listen", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", portP)}
+	k.argsP = append([]string{"--gpu-sim", "dgxh100", "--region", "CN-GZ", "--price", "2.49",
+		"--billing-interval", "1s", "--listen", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", portP)}, extra...)
 	k.dP = startDaemon(t, k.repoP, k.argsP...)
 	k.idP = keyID(t, k.repoP, nil)
 	k.addrP = fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", portP, k.idP)
@@ -60,13 +76,11 @@ func startKillNet(t *testing.T, duration string) *killNet {
 		code, out, errOut := runCLI(t, "--repo", k.repoP, "ask", "--gpu", h100Market, "--count", "2", "--price", "2.40", "--min-duration", "1s")
 		return code == 0, out + errOut
 	})
-	poll(t, "the bid to fill", func() (bool, string) {
-		code, out, errOut := runCLI(t, "--repo", k.repoB, "bid", "--gpu", h100Market, "--count", "2", "--price", "2.50",
-			"--duration", duration, "--ioc")
-		return code == 0 && strings.Contains(out, "filled"), out + errOut
+	poll(t, "the buyer to see the ask", func() (bool, string) {
+		code, out, errOut := runCLI(t, "--repo", k.repoB, "book", h100Market, "--json")
+		var b node.BookView
+		return code == 0 && json.Unmarshal([]byte(out), &b) == nil && len(b.Asks) > 0, out + errOut
 	})
-	l := k.leaseOn(t, k.repoB)
-	k.lease, k.priceMicros = l.ID, l.PriceMicros
 	return k
 }
 

@@ -12,8 +12,8 @@ import (
 )
 
 // TestDaemonLease is the issue's "done when": two daemons billing every
-// second; a bid for 2 GPUs for 10 s running `sleep 8` matches an ask, runs,
-// closes as completed, and both sides settle the same amount, equal to
+// second; a bid for 2 GPUs for 10 s running `sleep 30` matches an ask, runs until
+// the lease ends, closes as completed, and both sides settle the same amount, equal to
 // price × 2 GPUs × the billed time. The exported chain verifies offline.
 func TestDaemonLease(t *testing.T) {
 	t.Parallel()
@@ -37,7 +37,7 @@ func TestDaemonLease(t *testing.T) {
 	})
 	poll(t, "the bid to fill", func() (bool, string) {
 		code, out, errOut := runCLI(t, "--repo", repoB, "bid", "--gpu", h100Market, "--count", "2", "--price", "2.50",
-			"--duration", "10s", "--ioc", "--exec", "--", "sleep", "8")
+			"--duration", "10s", "--ioc", "--exec", "--", "sleep", "30") // stopped at the lease's end
 		return code == 0 && strings.Contains(out, "filled"), out + errOut
 	})
 	var lease node.LeaseView
