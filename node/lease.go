@@ -57,6 +57,9 @@ type leaseRecord struct {
 	HeldSince int64       `json:"held_since_ms,omitempty"`
 	Fill      []byte      `json:"fill,omitempty"` // proto.Fill: the signed take and accept
 	Note      string      `json:"note,omitempty"`
+	// PeerAddrs are the counterparty's addresses when the lease began,
+	// to redial it after a restart or a disconnect (see redial.go).
+	PeerAddrs []string `json:"peer_addrs,omitempty"`
 }
 
 // leaseRun is one lease this node is party to, in memory.
@@ -73,6 +76,9 @@ type leaseRun struct {
 	logSeq uint64
 	wake   chan struct{}
 	active bool // a loop is running
+	// resumedAt is when this node took the lease up again after a
+	// restart: its own downtime does not count against the buyer.
+	resumedAt time.Time
 }
 
 type gpuMeter struct {
@@ -161,9 +167,11 @@ func (n *Node) startLeases(o options) error {
 			n.log.Warn("lease not resumed", "lease", id, "err", err)
 			continue
 		}
+		r.resumedAt = now
 		n.leases.mu.Lock()
 		n.leases.runs[id] = r
 		n.leases.mu.Unlock()
+		n.addPeerAddrs(r)
 		if r.ml.State == market.LeaseClosed && !n.leaseUnsettled(r, now) {
 			continue
 		}
@@ -183,6 +191,11 @@ func (n *Node) startLeases(o options) error {
 		n.runLease(r)
 	}
 	n.sweepWorkloads()
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.redialLoop()
+	}()
 	return nil
 }
 
@@ -337,6 +350,7 @@ func (n *Node) leaseFromFill(ev *p2p.BookEvent) {
 		n.ownMu.Unlock()
 	}
 	start := time.UnixMilli(terms.StartUnixMs)
+	r.rec.PeerAddrs = n.peerAddrs(r.peer)
 	r.mu.Lock()
 	if role == market.RoleProvider {
 		r.exec, _ = executor.ReserveExecutor{}.Start(n.ctx, Workload{LeaseID: terms.Id, GPUs: terms.Gpus})
@@ -440,7 +454,8 @@ func (n *Node) providerStep(r *leaseRun) bool {
 	switch {
 	case r.ml.State == market.LeaseRunning && r.ml.Expired(now):
 		n.endLocked(r, market.CloseCompleted, now, "")
-	case r.ml.State == market.LeaseRunning && r.ml.Unpaid(now, n.grace(r.terms)):
+	case r.ml.State == market.LeaseRunning && r.ml.Unpaid(now, n.grace(r.terms)) &&
+		market.Unpaid(r.terms, r.resumedAt, now, n.grace(r.terms)):
 		n.endLocked(r, market.CloseUnpaid, now, "buyer did not countersign within the grace")
 		notify = market.CloseUnpaid
 	}
@@ -647,7 +662,7 @@ func (n *Node) buyerStep(r *leaseRun) bool {
 	case r.ml.State == market.LeaseRunning && r.ml.Expired(now):
 		n.endLocked(r, market.CloseCompleted, now, "")
 	case r.ml.State == market.LeaseRunning:
-		last := time.UnixMilli(max(r.terms.StartUnixMs, r.ml.Chain.WindowEndUnixMs))
+		last := time.UnixMilli(max(r.terms.StartUnixMs, r.ml.Chain.WindowEndUnixMs, r.resumedAt.UnixMilli()))
 		if now.After(last.Add(market.BillingInterval(r.terms) + n.grace(r.terms) + 2*time.Second)) {
 			n.endLocked(r, market.CloseBuyer, now, "no receipts from the provider")
 		}

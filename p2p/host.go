@@ -2,6 +2,7 @@ package p2p
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -115,6 +116,16 @@ func NewHost(cfg HostConfig) (host.Host, error) {
 	if err != nil {
 		rm.Close()
 		return nil, fmt.Errorf("p2p: libp2p host: %w", err)
+	}
+	// The host's address manager publishes the listen addresses a moment
+	// after New returns; a node reports them (suanli id, the ready line,
+	// offers) only once they are there.
+	for deadline := time.Now().Add(5 * time.Second); len(h.Addrs()) == 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if len(h.Addrs()) == 0 {
+		h.Close()
+		return nil, fmt.Errorf("p2p: the host has no listen address after 5s (listen %v)", listen)
 	}
 	return h, nil
 }

@@ -41,7 +41,12 @@ type killNet struct {
 
 func startKillNet(t *testing.T, duration string) *killNet {
 	t.Helper()
-	k := startPair(t, "--executor", "reserve")
+	return startKillNetVia(t, "", duration)
+}
+
+func startKillNetVia(t *testing.T, relay, duration string) *killNet {
+	t.Helper()
+	k := startPairVia(t, relay, "--executor", "reserve")
 	poll(t, "the bid to fill", func() (bool, string) {
 		code, out, errOut := runCLI(t, "--repo", k.repoB, "bid", "--gpu", h100Market, "--count", "2", "--price", "2.50",
 			"--duration", duration, "--ioc")
@@ -56,21 +61,34 @@ func startKillNet(t *testing.T, duration string) *killNet {
 // billing every second, with extra flags) and a buyer daemon on fixed
 // ports, and rests an ask of 2 GPUs at 2.40 that the buyer sees.
 func startPair(t *testing.T, extra ...string) *killNet {
+	return startPairVia(t, "", extra...)
+}
+
+// startPairVia is startPair with both daemons bootstrapping off relay (a
+// third node) rather than the buyer off the provider; a provider restarted
+// with argsP then has no bootstrap peer at all.
+func startPairVia(t *testing.T, relay string, extra ...string) *killNet {
 	t.Helper()
 	k := &killNet{repoP: t.TempDir(), repoB: t.TempDir()}
 	portP, portB := freePort(t), freePort(t)
 	k.argsP = append([]string{"--gpu-sim", "dgxh100", "--region", "CN-GZ", "--price", "2.49",
 		"--billing-interval", "1s", "--listen", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", portP)}, extra...)
-	k.dP = startDaemon(t, k.repoP, k.argsP...)
+	if relay != "" {
+		k.dP = startDaemon(t, k.repoP, append(k.argsP, "--bootstrap", relay)...)
+	} else {
+		k.dP = startDaemon(t, k.repoP, k.argsP...)
+	}
 	k.idP = keyID(t, k.repoP, nil)
 	k.addrP = fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", portP, k.idP)
-	k.argsB = []string{"--no-gpu", "--bootstrap", k.addrP, "--billing-interval", "1s",
+	k.argsB = []string{"--no-gpu", "--bootstrap", cmpOr(relay, k.addrP), "--billing-interval", "1s",
 		"--listen", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", portB)}
 	k.dB = startDaemon(t, k.repoB, k.argsB...)
 	k.idB = keyID(t, k.repoB, nil)
 	k.addrB = fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", portB, k.idB)
-	// On a provider restart it redials the buyer directly.
-	k.argsP = append(k.argsP, "--bootstrap", k.addrB)
+	if relay == "" {
+		// On a provider restart it redials the buyer directly.
+		k.argsP = append(k.argsP, "--bootstrap", k.addrB)
+	}
 
 	poll(t, "the ask to rest", func() (bool, string) {
 		code, out, errOut := runCLI(t, "--repo", k.repoP, "ask", "--gpu", h100Market, "--count", "2", "--price", "2.40", "--min-duration", "1s")
@@ -206,9 +224,19 @@ func (k *killNet) settled(t *testing.T, repo string) int64 {
 // killAndRestart is (a) and (b): kill -9 one side after ≥3 countersigned
 // receipts, restart it with the same flags; the lease resumes or closes
 // with a reason and both chains agree.
-func killAndRestart(t *testing.T, provider bool) {
+func killAndRestart(t *testing.T, provider bool, bootstrap bool) {
 	start := time.Now()
-	k := startKillNet(t, "20s")
+	relay := ""
+	if !bootstrap {
+		// Both bootstrap off a third node, which never dials the provider
+		// again: the restarted provider, with no bootstrap peer, must
+		// redial its buyer from the lease's stored addresses.
+		repoR := t.TempDir()
+		portR := freePort(t)
+		startDaemon(t, repoR, "--no-gpu", "--listen", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", portR))
+		relay = fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", portR, keyID(t, repoR, nil))
+	}
+	k := startKillNetVia(t, relay, "20s")
 	k.waitCountersigned(t, k.repoP, 3)
 	if provider {
 		kill9(t, k.dP)
@@ -222,6 +250,9 @@ func killAndRestart(t *testing.T, provider bool) {
 	lb := k.waitClosed(t, k.repoB)
 	if lp.Reason == "" || lb.Reason == "" {
 		t.Fatalf("closed without a reason: provider %+v, buyer %+v", lp, lb)
+	}
+	if !bootstrap && (lp.Reason != "completed" || lb.Reason != "completed") {
+		t.Errorf("reasons = %q (provider), %q (buyer); want both completed after the redial", lp.Reason, lb.Reason)
 	}
 	chain := k.chainsAgree(t)
 	last := chain[len(chain)-1]
@@ -241,12 +272,20 @@ func killAndRestart(t *testing.T, provider bool) {
 
 func TestKillProvider(t *testing.T) {
 	t.Parallel()
-	killAndRestart(t, true)
+	killAndRestart(t, true, true)
+}
+
+// TestKillProviderNoBootstrap: restarted with no bootstrap peers at all,
+// the provider redials its buyer from the lease's stored addresses; every
+// receipt it signed is countersigned and both sides complete the lease.
+func TestKillProviderNoBootstrap(t *testing.T) {
+	t.Parallel()
+	killAndRestart(t, true, false)
 }
 
 func TestKillBuyer(t *testing.T) {
 	t.Parallel()
-	killAndRestart(t, false)
+	killAndRestart(t, false, true)
 }
 
 // TestKillBuyerGone is (c): the buyer dies for good; the provider closes the

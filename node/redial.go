@@ -1,0 +1,142 @@
+package node
+
+import (
+	"context"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/suanli/suanli/market"
+)
+
+// Redialling: a lease's two parties must keep reaching each other through
+// restarts and network blips, without bootstrap peers. Each side stores
+// the counterparty's addresses with the lease (leaseRecord.PeerAddrs),
+// puts them back in the peerstore on restart, and a loop redials every
+// counterparty of an open lease that is not connected, with backoff.
+
+const (
+	redialEvery      = time.Second
+	redialMaxBackoff = 15 * time.Second
+	redialTimeout    = 5 * time.Second
+	peerAddrTTL      = 24 * time.Hour
+)
+
+// peerAddrs are the addresses this node knows for p, as strings.
+func (n *Node) peerAddrs(p peer.ID) []string {
+	var out []string
+	for _, a := range n.host.Peerstore().Addrs(p) {
+		out = append(out, a.String())
+	}
+	n.offerMu.Lock()
+	if o := n.offerCache[p]; o != nil {
+		for _, a := range o.Addrs { // a provider's offer names its addresses (with /p2p/)
+			if m, err := ma.NewMultiaddr(a); err == nil {
+				if ai, err := peer.AddrInfoFromP2pAddr(m); err == nil && ai.ID == p {
+					for _, x := range ai.Addrs {
+						out = append(out, x.String())
+					}
+				}
+			}
+		}
+	}
+	n.offerMu.Unlock()
+	return dedupe(out)
+}
+
+func dedupe(s []string) []string {
+	seen := map[string]bool{}
+	out := s[:0]
+	for _, x := range s {
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// addPeerAddrs puts a lease's stored counterparty addresses back in the
+// peerstore.
+func (n *Node) addPeerAddrs(r *leaseRun) {
+	var addrs []ma.Multiaddr
+	for _, a := range r.rec.PeerAddrs {
+		if m, err := ma.NewMultiaddr(a); err == nil {
+			addrs = append(addrs, m)
+		}
+	}
+	n.host.Peerstore().AddAddrs(r.peer, addrs, peerAddrTTL)
+}
+
+// redialLoop keeps the counterparties of open leases connected.
+func (n *Node) redialLoop() {
+	type state struct {
+		next    time.Time
+		backoff time.Duration
+	}
+	peers := map[peer.ID]*state{}
+	t := time.NewTicker(redialEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		want := map[peer.ID]bool{}
+		n.leases.mu.Lock()
+		for _, r := range n.leases.runs {
+			r.mu.Lock()
+			if r.ml.State != market.LeaseClosed || n.leaseUnsettled(r, n.now()) {
+				want[r.peer] = true
+			}
+			r.mu.Unlock()
+		}
+		n.leases.mu.Unlock()
+		for p := range peers {
+			if !want[p] {
+				delete(peers, p)
+			}
+		}
+		now := time.Now()
+		for p := range want {
+			if n.host.Network().Connectedness(p) == network.Connected {
+				delete(peers, p)
+				continue
+			}
+			st := peers[p]
+			if st == nil {
+				st = &state{backoff: redialEvery}
+				peers[p] = st
+			}
+			if now.Before(st.next) {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(n.ctx, redialTimeout)
+			err := n.host.Connect(ctx, peer.AddrInfo{ID: p})
+			cancel()
+			if err == nil {
+				n.log.Info("redialled a lease's counterparty", "peer", shortID(p))
+				delete(peers, p)
+				n.pokeLeasesWith(p)
+				continue
+			}
+			n.log.Debug("redial failed", "peer", shortID(p), "err", err, "retry_in", st.backoff)
+			st.next = now.Add(st.backoff)
+			st.backoff = min(2*st.backoff, redialMaxBackoff)
+		}
+	}
+}
+
+// pokeLeasesWith wakes the loops of p's leases: pending receipts go now.
+func (n *Node) pokeLeasesWith(p peer.ID) {
+	n.leases.mu.Lock()
+	defer n.leases.mu.Unlock()
+	for _, r := range n.leases.runs {
+		if r.peer == p {
+			r.poke()
+		}
+	}
+}
