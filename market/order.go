@@ -368,14 +368,21 @@ func regionMatches(pattern, region string) bool {
 // accepts reports whether a bid can trade with an ask, price aside: the
 // ask's facts satisfy the bid's constraints and its duration range holds the
 // bid's duration.
-func accepts(bid, ask *Order) bool {
-	if bid.Duration < ask.MinDuration || bid.Duration > ask.MaxDuration {
-		return false
+func accepts(bid, ask *Order) bool { return mismatch(bid, ask) == "" }
+
+// mismatch is the first reason (a Pass* label) why bid and ask cannot
+// trade, "" when they can.
+func mismatch(bid, ask *Order) string {
+	if bid.Duration < ask.MinDuration {
+		return PassMinDuration
+	}
+	if bid.Duration > ask.MaxDuration {
+		return PassMaxDuration
 	}
 	c := &bid.Constraints
 	if len(c.LeaseTypes) == 0 {
 		if ask.LeaseType != bid.LeaseType {
-			return false
+			return PassLeaseType
 		}
 	} else {
 		ok := false
@@ -383,24 +390,24 @@ func accepts(bid, ask *Order) bool {
 			ok = ok || t == ask.LeaseType
 		}
 		if !ok {
-			return false
+			return PassLeaseType
 		}
 	}
 	if ask.Facts.MemoryBytes < c.MinMemoryBytes {
-		return false
+		return PassVRAM
 	}
 	if c.MinAttestation != "" && AttestationRank(ask.Facts.Attestation) < AttestationRank(c.MinAttestation) {
-		return false
+		return PassAttestation
 	}
 	if len(c.Regions) > 0 {
 		for _, r := range c.Regions {
 			if regionMatches(r, ask.Facts.Region) {
-				return true
+				return ""
 			}
 		}
-		return false
+		return PassRegion
 	}
-	return true
+	return ""
 }
 
 // Reason is a short label for why an order, cancel or fill was refused, for

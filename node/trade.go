@@ -88,6 +88,10 @@ type OrderView struct {
 	Expires   time.Time   `json:"expires"`
 	Fills     []TradeView `json:"fills"`
 	Error     string      `json:"error,omitempty"`
+	// PassedOver says, for an order that rests (or an IOC that did not
+	// fill), why visible opposite orders at or better than its price were
+	// not taken.
+	PassedOver []PassView `json:"passed_over,omitempty"`
 }
 
 // TradeView is one fill.
@@ -328,7 +332,16 @@ func (n *Node) takeLoop(ctx context.Context, o *market.Order, env []byte) {
 		}
 		want.Quantity -= min(want.Quantity, n.pending[o.ID])
 		var ms []market.Match
-		if want.Quantity > 0 && o.Expires.After(n.now()) {
+		switch {
+		case want.Quantity == 0 || !o.Expires.After(n.now()):
+		case o.AllOrNone:
+			// Whole from one maker, or not at all: never part-filled.
+			if want.Quantity == o.Quantity {
+				if w, ok := s.book.MatchWhole(&want, n.now(), func(id string) bool { return skip[id] }); ok {
+					ms = []market.Match{w}
+				}
+			}
+		default:
 			ms, _ = s.book.Match(&want, n.now())
 		}
 		n.books.mu.Unlock()
@@ -725,11 +738,24 @@ func (n *Node) orderView(oo *ownOrder) OrderView {
 		status = "expired"
 	}
 	o := oo.order
-	return OrderView{
+	v := OrderView{
 		ID: o.ID, Side: o.Side.String(), Market: o.Market, Count: o.Quantity, Remaining: remaining,
 		Price: market.FormatMicros(o.Price, o.Currency), Currency: o.Currency, LeaseType: o.LeaseType.String(),
 		Status: status, Expires: o.Expires.UTC(), Fills: append([]TradeView{}, oo.fills...), Error: oo.err,
 	}
+	if status == "resting" || status == "done" && remaining == 0 && v.filled() < o.Quantity {
+		v.PassedOver = n.passedOver(o, v.Count-v.filled())
+	}
+	return v
+}
+
+// filled is how many GPUs of the order have traded.
+func (v OrderView) filled() uint32 {
+	var sum uint32
+	for _, f := range v.Fills {
+		sum += f.Count
+	}
+	return sum
 }
 
 // CancelOrder withdraws one of this node's resting orders and gossips the

@@ -158,6 +158,9 @@ func placeOrder(e *env, f orderFlags, wait bool) error {
 			status = o.Status
 			if !e.json {
 				fmt.Fprintf(e.stdout, "%s %s: %s (%d of %d GPUs left)\n", o.Side, short(o.ID), o.Status, o.Remaining, o.Count)
+				if o.Status == "resting" {
+					printPassedOver(e, o)
+				}
 			}
 		}
 		for ; shown < len(o.Fills); shown++ {
@@ -210,6 +213,19 @@ func printOrder(e *env, o node.OrderView) {
 		o.Side, o.ID, o.Side, o.Count, o.Market, o.Price, o.Currency, o.LeaseType, o.Status, o.Remaining)
 	for _, t := range o.Fills {
 		fmt.Fprintf(e.stdout, "  filled %d at %s %s with %s, lease %s\n", t.Count, t.Price, t.Currency, counterparty(o, t), t.Lease)
+	}
+	printPassedOver(e, o)
+}
+
+// printPassedOver says why visible orders at or better than o's price
+// were not taken.
+func printPassedOver(e *env, o node.OrderView) {
+	other := "asks at or under"
+	if o.Side == "ask" {
+		other = "bids at or over"
+	}
+	for _, p := range o.PassedOver {
+		fmt.Fprintf(e.stdout, "  passed over %d %s your price (%d GPUs), %s: %s\n", p.Orders, other, p.GPUs, p.Reason, p.Detail)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/suanli/suanli/node"
 )
 
 // TestDaemonTrade is the order-book issue's "Done when", with real daemon
@@ -81,5 +83,39 @@ func TestDevnet(t *testing.T) {
 	}
 	if strings.Contains(out, "DIFFERS") || strings.Contains(out, " 0 trades") {
 		t.Errorf("devnet traded nothing or its ledgers disagree:\n%s", out)
+	}
+}
+
+// TestDaemonBidRestsWhy: a bid for 10 s against an ask with a 1 m minimum
+// rests, and says so and why, in words and in --json; an all-or-none bid
+// larger than any single ask rests too rather than filling in parts.
+func TestDaemonBidRestsWhy(t *testing.T) {
+	t.Parallel()
+	k := startPair(t) // the provider rests an ask of 2 GPUs at 2.40 (minimum 1 s)
+	poll(t, "a second ask with a 1 m minimum", func() (bool, string) {
+		code, out, errOut := runCLI(t, "--repo", k.repoP, "ask", "--gpu", h100Market, "--count", "2", "--price", "2.30", "--min-duration", "1m")
+		return code == 0, out + errOut
+	})
+	poll(t, "the buyer to see both asks", func() (bool, string) {
+		_, out, _ := runCLI(t, "--repo", k.repoB, "book", h100Market, "--json")
+		return strings.Contains(out, `"price": "2.30"`) && strings.Contains(out, `"price": "2.40"`), out
+	})
+	out, _ := wantExit(t, []string{"--repo", k.repoB, "bid", "--gpu", h100Market, "--count", "4", "--price", "2.50", "--duration", "10s", "--all-or-none"}, 0)
+	for _, want := range []string{"resting", "min-duration: the ask leases at least 1m0s; the bid wants 10s", "all-or-none: no single order has all 4 GPUs"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("bid output lacks %q:\n%s", want, out)
+		}
+	}
+	out, _ = wantExit(t, []string{"--repo", k.repoB, "--json", "bid", "--gpu", h100Market, "--count", "2", "--price", "2.35", "--duration", "10s"}, 0)
+	var o node.OrderView
+	if err := json.Unmarshal([]byte(out), &o); err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[string]int{}
+	for _, p := range o.PassedOver {
+		reasons[p.Reason] += p.Orders
+	}
+	if o.Status != "resting" || reasons["min-duration"] != 1 {
+		t.Errorf("bid --json = %s; want resting with one ask passed over for min-duration", out)
 	}
 }

@@ -1,0 +1,66 @@
+package node
+
+import (
+	"fmt"
+
+	"github.com/suanli/suanli/market"
+)
+
+// PassView is one reason visible opposite orders at or better than an
+// order's price were passed over: how many, and what one of them wanted.
+type PassView struct {
+	// Reason is min-duration, max-duration, lease-type, vram,
+	// attestation, region, own-order or all-or-none.
+	Reason string `json:"reason"`
+	Orders int    `json:"orders"`
+	GPUs   uint32 `json:"gpus"`
+	Detail string `json:"detail"`
+}
+
+// passedOver explains o's untaken crossing orders in this node's replica;
+// left is how much of o is still wanted.
+func (n *Node) passedOver(o market.Order, left uint32) []PassView {
+	o.Quantity = max(left, 1)
+	n.books.mu.Lock()
+	s, err := n.books.state(o.Market, o.Currency)
+	var ps []market.PassedOver
+	if err == nil {
+		ps = s.book.Explain(&o, n.now())
+	}
+	n.books.mu.Unlock()
+	var out []PassView
+	for _, p := range ps {
+		out = append(out, PassView{Reason: p.Reason, Orders: p.Orders, GPUs: p.GPUs, Detail: passDetail(o, p)})
+	}
+	return out
+}
+
+// passDetail says in words what the example order wanted.
+func passDetail(o market.Order, p market.PassedOver) string {
+	bid, ask := o, p.Example
+	if o.Side == market.Ask {
+		bid, ask = ask, bid
+	}
+	switch p.Reason {
+	case market.PassMinDuration:
+		return fmt.Sprintf("the ask leases at least %s; the bid wants %s", ask.MinDuration, bid.Duration)
+	case market.PassMaxDuration:
+		return fmt.Sprintf("the ask leases at most %s; the bid wants %s", ask.MaxDuration, bid.Duration)
+	case market.PassLeaseType:
+		return fmt.Sprintf("the ask sells %s; the bid wants %s", ask.LeaseType, bid.LeaseType)
+	case market.PassVRAM:
+		return fmt.Sprintf("the ask's GPUs have %d GiB; the bid wants at least %d GiB", ask.Facts.MemoryBytes>>30, bid.Constraints.MinMemoryBytes>>30)
+	case market.PassAttestation:
+		return fmt.Sprintf("the ask is %s; the bid wants %s", cmpOr(ask.Facts.Attestation, "unattested"), bid.Constraints.MinAttestation)
+	case market.PassRegion:
+		return fmt.Sprintf("the ask is in %s; the bid wants %v", ask.Facts.Region, bid.Constraints.Regions)
+	case market.PassOwnOrder:
+		return "this node's own order: it never trades with itself"
+	case market.PassAllOrNone:
+		if o.AllOrNone {
+			return fmt.Sprintf("all-or-none: no single order has all %d GPUs", o.Quantity)
+		}
+		return fmt.Sprintf("the other order is all-or-none for %d GPUs", p.Example.Quantity)
+	}
+	return p.Reason
+}
