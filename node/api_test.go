@@ -66,6 +66,16 @@ func TestAPI(t *testing.T) {
 				t.Errorf("buyer GPUs() error = %v, want ErrNoGPUs", err)
 			}
 
+			if evs, err := impl.buyer.Evidence(ctx, ""); err != nil || len(evs) != 0 {
+				t.Errorf("Evidence() = %+v, %v; want none yet", evs, err)
+			}
+			if _, err := impl.buyer.Evidence(ctx, "not-a-peer"); err == nil {
+				t.Error("Evidence(not-a-peer) = nil error, want refused")
+			}
+			if _, err := impl.buyer.ExportEvidence(ctx, "fill/none"); err == nil {
+				t.Error("ExportEvidence(fill/none) = nil error, want no such evidence")
+			}
+
 			offers, err := devnet.WaitFound(ctx, impl.buyer, node.OfferQuery{GPU: "h100"}, 1)
 			if err != nil {
 				t.Fatal(err)

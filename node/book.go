@@ -366,6 +366,11 @@ func (n *Node) applyFill(ev *p2p.BookEvent) {
 			n.metrics.rejects.WithLabelValues("fill", market.Reason(err)).Inc()
 			n.log.Warn("fill refused by the book", "fill", f.ID, "err", err)
 		}
+		if isFillEvidence(err) && ev.Raw != nil {
+			if perr := n.store.putFillEvidence(f, ev.Raw, err, now); perr != nil {
+				n.log.Error("storing fill evidence failed", "fill", f.ID, "err", perr)
+			}
+		}
 		return
 	}
 	if err := s.index.Add(f, now); err != nil {

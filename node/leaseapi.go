@@ -29,6 +29,11 @@ type LeaseAPI interface {
 	Settle(ctx context.Context, peer string) ([]SettlementView, error)
 	// AckPayment records (provider) that a buyer paid, and tells it.
 	AckPayment(ctx context.Context, req PaymentRequest) (PaymentView, error)
+	// Evidence is the signed misbehaviour this node keeps (equivocating
+	// receipts, refused fills), of peer only when peer is not "".
+	Evidence(ctx context.Context, peer string) ([]EvidenceView, error)
+	// ExportEvidence is one piece of it, for VerifyEvidence.
+	ExportEvidence(ctx context.Context, id string) ([]byte, error)
 }
 
 var (
@@ -38,6 +43,7 @@ var (
 
 // registerLeaseRoutes serves LeaseAPI on the local API.
 func registerLeaseRoutes(mux *http.ServeMux, s *apiServer, n *Node) {
+	registerEvidenceRoutes(mux, s, n)
 	p := "GET " + apiPrefix
 	mux.HandleFunc(p+"/leases", s.auth(func(r *http.Request) (any, error) { return n.Leases(r.Context()) }))
 	mux.HandleFunc(p+"/leases/{id}", s.auth(func(r *http.Request) (any, error) { return n.Lease(r.Context(), r.PathValue("id")) }))

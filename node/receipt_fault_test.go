@@ -2,12 +2,11 @@ package node_test
 
 import (
 	"bytes"
-	"path/filepath"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
-	badger "github.com/dgraph-io/badger/v4"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 	gproto "google.golang.org/protobuf/proto"
@@ -160,23 +159,28 @@ func TestReceiptFaults(t *testing.T) {
 		t.Errorf("VerifyReceipts = %+v, %v", rep, err)
 	}
 
-	// The equivocation is kept as evidence (no API shows it: read the store).
-	buyer.Close()
-	db, err := badger.Open(badger.DefaultOptions(filepath.Join(buyer.Repo(), "datastore")).WithLogger(nil))
+	// The equivocation is kept as evidence, listed by peer, exported, and
+	// verifiable by a third party.
+	evs, err := buyer.Evidence(ctx, provider.PeerID().String())
+	if err != nil || len(evs) != 1 || evs[0].Kind != node.EvidenceEquivocation || evs[0].Lease != id || evs[0].Peers[0] != provider.PeerID().String() {
+		t.Fatalf("Evidence = %+v, %v; want the equivocation by the provider", evs, err)
+	}
+	if others, _ := buyer.Evidence(ctx, buyer.PeerID().String()); len(others) != 0 {
+		t.Errorf("Evidence of the buyer itself = %+v, want none", others)
+	}
+	file, err := buyer.ExportEvidence(ctx, evs[0].ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	var evidence int
-	db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte("evidence/" + id + "/")})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			evidence++
-		}
-		return nil
-	})
-	if evidence != 1 {
-		t.Errorf("%d evidence records for lease %s, want 1 (the equivocation)", evidence, id)
+	proof, err := node.VerifyEvidence(file)
+	if err != nil || proof.Kind != node.EvidenceEquivocation || !strings.Contains(proof.Proves, "two different receipts") {
+		t.Errorf("VerifyEvidence = %+v, %v", proof, err)
+	}
+	tampered := bytes.Replace(file, []byte(`"receipts":["`), []byte(`"receipts":["AAAA`), 1)
+	if _, err := node.VerifyEvidence(tampered); err == nil {
+		t.Error("VerifyEvidence accepted a tampered receipt")
+	}
+	if _, err := buyer.ExportEvidence(ctx, "receipt/nope/1"); !errors.Is(err, node.ErrUnknownEvidence) {
+		t.Errorf("ExportEvidence(unknown) = %v, want ErrUnknownEvidence", err)
 	}
 }

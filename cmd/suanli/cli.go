@@ -56,6 +56,7 @@ func init() {
 		{"logs", "LEASE [-f]", "output of a lease's command (buyer)", cmdLogs},
 		{"receipts", "LEASE | verify LEASE|--file F | export LEASE", "a lease's receipt chain", cmdReceipts},
 		{"settle", "[--peer P] [--csv] | ack --peer P --amount X", "what is owed, per peer and lease; acknowledge payments", cmdSettle},
+		{"evidence", "[--peer P] | export ID | verify --file F", "signed misbehaviour kept: equivocating receipts, refused fills", cmdEvidence},
 		{"attest", "PEER [--timeout D]", "challenge a provider to prove its GPUs (confidential computing)", cmdAttest},
 		{"devnet", "[--providers N] [--buyers M] [--keep]", "run a whole local market on simulated GPUs", cmdDevnet},
 		{"version", "", "print the version", cmdVersion},

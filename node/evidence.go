@@ -1,0 +1,274 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+	"github.com/libp2p/go-libp2p/core/peer"
+	gproto "google.golang.org/protobuf/proto"
+
+	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/p2p"
+	"github.com/suanli/suanli/proto"
+)
+
+// Evidence is what a node keeps of other peers' signed misbehaviour, for
+// its operator and for a third party:
+//
+//	evidence/<lease id>/<seq BE>   proto.ReceiptChain: two receipts a provider signed with one seq
+//	fillevidence/<fill id>         fillEvidence (JSON): a doubly-signed fill this node's book refused
+
+// Kinds of evidence.
+const (
+	EvidenceEquivocation = "equivocation" // a provider signed two different receipts with one seq
+	EvidenceRefusedFill  = "refused-fill" // a fill both parties signed that contradicts the book (overfill, bad price)
+)
+
+// fillEvidence is a refused fill as stored.
+type fillEvidence struct {
+	Fill   []byte    `json:"fill"` // proto.Fill: the signed take and accept
+	Reason string    `json:"reason"`
+	Error  string    `json:"error"`
+	At     time.Time `json:"at"`
+	Buyer  string    `json:"buyer"`
+	Seller string    `json:"provider"`
+}
+
+// EvidenceView is one piece of evidence this node keeps.
+type EvidenceView struct {
+	// ID names it for ExportEvidence: "receipt/<lease>/<seq>" or "fill/<fill id>".
+	ID   string `json:"id"`
+	Kind string `json:"kind"`
+	// Peers are who signed it: the provider of an equivocation, both
+	// parties of a refused fill.
+	Peers  []string  `json:"peers"`
+	Lease  string    `json:"lease,omitempty"`
+	Seq    uint64    `json:"seq,omitempty"`
+	Fill   string    `json:"fill,omitempty"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+}
+
+// evidenceExport is the file ExportEvidence writes and VerifyEvidence reads.
+type evidenceExport struct {
+	Kind     string   `json:"kind"`
+	Receipts [][]byte `json:"receipts,omitempty"` // two sealed receipts (equivocation)
+	Fill     []byte   `json:"fill,omitempty"`     // proto.Fill (refused fill)
+	Reason   string   `json:"reason,omitempty"`   // what the exporting node's book said
+}
+
+// EvidenceReport is what VerifyEvidence proves.
+type EvidenceReport struct {
+	Kind   string   `json:"kind"`
+	Peers  []string `json:"peers"`
+	Proves string   `json:"proves"`
+}
+
+func fillEvidenceKey(id string) []byte { return []byte("fillevidence/" + id) }
+
+// putFillEvidence keeps a doubly-signed fill the book refused.
+func (s *store) putFillEvidence(f market.Fill, raw *proto.Fill, err error, at time.Time) error {
+	b, merr := gproto.Marshal(raw)
+	if merr != nil {
+		return merr
+	}
+	v, _ := json.Marshal(fillEvidence{Fill: b, Reason: market.Reason(err), Error: err.Error(), At: at.UTC(), Buyer: f.Buyer, Seller: f.Provider})
+	return s.syncUpdate(func(txn *badger.Txn) error { return txn.Set(fillEvidenceKey(f.ID), v) })
+}
+
+// isFillEvidence reports whether a refusal of a fill whose signatures
+// checked out shows its signers misbehaving, rather than this replica
+// lagging (an order it has not seen, a duplicate).
+func isFillEvidence(err error) bool {
+	return errors.Is(err, market.ErrOverfill) || errors.Is(err, market.ErrBadFill)
+}
+
+// Evidence implements LeaseAPI: the evidence this node keeps, newest
+// first, only that signed by peer when peer is not "".
+func (n *Node) Evidence(_ context.Context, who string) ([]EvidenceView, error) {
+	if who != "" {
+		if _, err := peer.Decode(who); err != nil {
+			return nil, badRequest("peer: %v", err)
+		}
+	}
+	var out []EvidenceView
+	err := n.store.scan("evidence/", func(k, v []byte) error {
+		rest := strings.TrimPrefix(string(k), "evidence/")
+		if len(rest) < 9 {
+			return nil
+		}
+		lease, seq := rest[:len(rest)-9], binary.BigEndian.Uint64(k[len(k)-8:])
+		ev := EvidenceView{ID: fmt.Sprintf("receipt/%s/%d", lease, seq), Kind: EvidenceEquivocation, Lease: lease, Seq: seq,
+			Reason: "two different receipts signed with one seq"}
+		var rc proto.ReceiptChain
+		if gproto.Unmarshal(v, &rc) == nil && len(rc.Receipts) == 2 {
+			if r, signer, err := p2p.Open[*proto.Receipt](rc.Receipts[1].Receipt, proto.MaxReceiptSize); err == nil {
+				ev.Peers, ev.At = []string{signer.String()}, time.UnixMilli(r.CreatedUnixMs).UTC()
+			}
+		}
+		out = append(out, ev)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = n.store.scan("fillevidence/", func(k, v []byte) error {
+		var fe fillEvidence
+		if json.Unmarshal(v, &fe) != nil {
+			return nil
+		}
+		id := strings.TrimPrefix(string(k), "fillevidence/")
+		out = append(out, EvidenceView{ID: "fill/" + id, Kind: EvidenceRefusedFill, Fill: id, Peers: []string{fe.Buyer, fe.Seller},
+			Reason: fe.Reason + ": " + fe.Error, At: fe.At})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if who != "" {
+		out = slices.DeleteFunc(out, func(e EvidenceView) bool { return !slices.Contains(e.Peers, who) })
+	}
+	slices.SortStableFunc(out, func(a, b EvidenceView) int { return b.At.Compare(a.At) })
+	return out, nil
+}
+
+// ExportEvidence implements LeaseAPI: one piece of evidence as a file a
+// third party checks with VerifyEvidence (suanli evidence verify --file).
+func (n *Node) ExportEvidence(_ context.Context, id string) ([]byte, error) {
+	var x evidenceExport
+	switch kind, rest, _ := strings.Cut(id, "/"); kind {
+	case "receipt":
+		i := strings.LastIndexByte(rest, '/')
+		if i < 0 {
+			return nil, badRequest("evidence id %q: want receipt/<lease>/<seq>", id)
+		}
+		var seq uint64
+		if _, err := fmt.Sscan(rest[i+1:], &seq); err != nil {
+			return nil, badRequest("evidence id %q: seq: %v", id, err)
+		}
+		var v []byte
+		err := n.store.db.View(func(txn *badger.Txn) error {
+			it, err := txn.Get(binary.BigEndian.AppendUint64([]byte("evidence/"+rest[:i]+"/"), seq))
+			if err != nil {
+				return err
+			}
+			v, err = it.ValueCopy(nil)
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s", ErrUnknownEvidence, id)
+		}
+		var rc proto.ReceiptChain
+		if err := gproto.Unmarshal(v, &rc); err != nil || len(rc.Receipts) != 2 {
+			return nil, fmt.Errorf("node: stored evidence %s is damaged", id)
+		}
+		x = evidenceExport{Kind: EvidenceEquivocation, Receipts: [][]byte{rc.Receipts[0].Receipt, rc.Receipts[1].Receipt}}
+	case "fill":
+		var v []byte
+		err := n.store.db.View(func(txn *badger.Txn) error {
+			it, err := txn.Get(fillEvidenceKey(rest))
+			if err != nil {
+				return err
+			}
+			v, err = it.ValueCopy(nil)
+			return err
+		})
+		var fe fillEvidence
+		if err != nil || json.Unmarshal(v, &fe) != nil {
+			return nil, fmt.Errorf("%w: %s", ErrUnknownEvidence, id)
+		}
+		x = evidenceExport{Kind: EvidenceRefusedFill, Fill: fe.Fill, Reason: fe.Reason + ": " + fe.Error}
+	default:
+		return nil, badRequest("evidence id %q: want receipt/<lease>/<seq> or fill/<id>", id)
+	}
+	return json.Marshal(x)
+}
+
+// ErrUnknownEvidence is returned for evidence this node does not keep.
+var ErrUnknownEvidence = errors.New("node: no such evidence")
+
+// VerifyEvidence checks an exported piece of evidence offline: every
+// signature, and that it shows what its kind says.
+func VerifyEvidence(b []byte) (EvidenceReport, error) {
+	var x evidenceExport
+	if err := json.Unmarshal(b, &x); err != nil {
+		return EvidenceReport{}, fmt.Errorf("node: not an evidence file: %w", err)
+	}
+	switch x.Kind {
+	case EvidenceEquivocation:
+		if len(x.Receipts) != 2 {
+			return EvidenceReport{}, errors.New("node: equivocation evidence needs two receipts")
+		}
+		a, sa, err := p2p.Open[*proto.Receipt](x.Receipts[0], proto.MaxReceiptSize)
+		if err != nil {
+			return EvidenceReport{}, fmt.Errorf("node: first receipt: %w", err)
+		}
+		c, sc, err := p2p.Open[*proto.Receipt](x.Receipts[1], proto.MaxReceiptSize)
+		if err != nil {
+			return EvidenceReport{}, fmt.Errorf("node: second receipt: %w", err)
+		}
+		switch {
+		case sa != sc || !bytes.Equal(a.Provider, []byte(sa)):
+			return EvidenceReport{}, errors.New("node: the receipts are not signed by one provider")
+		case a.LeaseId != c.LeaseId || a.Seq != c.Seq:
+			return EvidenceReport{}, errors.New("node: the receipts are for different leases or seqs: no equivocation")
+		case bytes.Equal(proto.ReceiptHash(x.Receipts[0]), proto.ReceiptHash(x.Receipts[1])):
+			return EvidenceReport{}, errors.New("node: the receipts are the same: no equivocation")
+		}
+		return EvidenceReport{Kind: x.Kind, Peers: []string{sa.String()},
+			Proves: fmt.Sprintf("provider %s signed two different receipts #%d for lease %s", sa, a.Seq, a.LeaseId)}, nil
+	case EvidenceRefusedFill:
+		var f proto.Fill
+		if err := gproto.Unmarshal(x.Fill, &f); err != nil {
+			return EvidenceReport{}, fmt.Errorf("node: fill: %w", err)
+		}
+		take, _, err := p2p.Open[*proto.Take](f.Take, proto.MaxBookMessageSize)
+		if err != nil {
+			return EvidenceReport{}, fmt.Errorf("node: fill's take: %w", err)
+		}
+		ev, err := p2p.OpenFill(&f, time.UnixMilli(take.CreatedUnixMs))
+		if err != nil {
+			return EvidenceReport{}, fmt.Errorf("node: fill signatures: %w", err)
+		}
+		return EvidenceReport{Kind: x.Kind, Peers: []string{ev.Fill.Buyer, ev.Fill.Provider},
+			Proves: fmt.Sprintf("buyer %s and provider %s both signed fill %s of %d GPUs at %s (refused by the exporting node: %s)",
+				ev.Fill.Buyer, ev.Fill.Provider, ev.Fill.ID, ev.Fill.Quantity, market.FormatMicros(ev.Fill.Price, ev.Fill.Currency), x.Reason)}, nil
+	}
+	return EvidenceReport{}, fmt.Errorf("node: unknown evidence kind %q", x.Kind)
+}
+
+// registerEvidenceRoutes serves the evidence part of LeaseAPI.
+func registerEvidenceRoutes(mux *http.ServeMux, s *apiServer, n *Node) {
+	mux.HandleFunc("GET "+apiPrefix+"/evidence", s.auth(func(r *http.Request) (any, error) { return n.Evidence(r.Context(), r.URL.Query().Get("peer")) }))
+	mux.HandleFunc("GET "+apiPrefix+"/evidence/export", s.auth(func(r *http.Request) (any, error) {
+		return n.ExportEvidence(r.Context(), r.URL.Query().Get("id"))
+	}))
+}
+
+// Evidence implements LeaseAPI.
+func (c *Client) Evidence(ctx context.Context, who string) ([]EvidenceView, error) {
+	var v []EvidenceView
+	var q url.Values
+	if who != "" {
+		q = url.Values{"peer": {who}}
+	}
+	err := c.get(ctx, "/evidence", q, &v)
+	return v, err
+}
+
+// ExportEvidence implements LeaseAPI.
+func (c *Client) ExportEvidence(ctx context.Context, id string) ([]byte, error) {
+	var v []byte
+	err := c.get(ctx, "/evidence/export", url.Values{"id": {id}}, &v)
+	return v, err
+}
