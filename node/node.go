@@ -231,6 +231,8 @@ type Node struct {
 	offerCache      map[peer.ID]*proto.Offer
 	attest          *attestState  // see attest.go
 	leases          *leaseManager // see lease.go
+
+	telHist telemetryHistory // GPU samples over time; see history.go
 }
 
 var _ API = (*Node)(nil)
