@@ -371,7 +371,9 @@ func (n *Node) applyFill(ev *p2p.BookEvent) {
 	if err := s.index.Add(f, now); err != nil {
 		n.log.Debug("fill not indexed", "fill", f.ID, "err", err)
 	}
+	// Under the book lock, so whoever sees the spot move sees the history.
 	index, _ := s.index.Value(now)
+	n.recordHistory(f, index)
 	for _, id := range []string{f.BidID, f.AskID} {
 		if _, _, ok := s.book.Lookup(id); !ok {
 			delete(s.envs, id)
