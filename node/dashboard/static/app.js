@@ -139,8 +139,8 @@ function depthChart(book) {
   for (const c of [0, Math.round(ymax / 2), ymax]) {
     root.append(svg("text", { x: L - 6, y: Y(c) + 4, "text-anchor": "end" }, c));
   }
-  for (const p of [x0, (x0 + x1) / 2, x1]) {
-    root.append(svg("text", { x: X(p), y: H - 8, "text-anchor": "middle" }, p.toFixed(2)));
+  for (const [p, anchor] of [[x0, "start"], [(x0 + x1) / 2, "middle"], [x1, "end"]]) {
+    root.append(svg("text", { x: X(p), y: H - 8, "text-anchor": anchor }, p.toFixed(2)));
   }
   if (cbids.length) {
     let d = `M${X(cbids[0].p)},${Y(0)}`;
