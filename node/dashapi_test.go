@@ -116,6 +116,22 @@ func TestDashboardAPI(t *testing.T) {
 				t.Errorf("OrdersPage(lost) error = %v, want bad request", err)
 			}
 
+			st, err := impl.buyer.Status(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.ID != buyer.PeerID().String() || st.Provider || st.Peers < 1 || len(st.Markets) != 1 || st.Markets[0] != h100 ||
+				st.OpenOrders != 3 || st.Orders != 4 || st.RunningLeases != 1 || st.Leases != 1 || st.Offer != nil {
+				t.Errorf("buyer Status = %+v, want 1 market, 3 open of 4 orders, 1 running lease, no offer", st)
+			}
+			pst, err := impl.provider.Status(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !pst.Provider || pst.Offer == nil || pst.Offer.GPUs != 8 || pst.Offer.Seq == 0 || pst.OpenOrders != 1 || pst.RunningLeases != 1 {
+				t.Errorf("provider Status = %+v (offer %+v), want its 8-GPU offer, the open ask, 1 running lease", pst, pst.Offer)
+			}
+
 			gh, err := impl.provider.GPUHistory(ctx)
 			if err != nil {
 				t.Fatal(err)

@@ -37,6 +37,9 @@ type DashboardAPI interface {
 	// Markets are the markets this node has joined, one row per currency
 	// its replica holds, by market key.
 	Markets(ctx context.Context) ([]MarketSummary, error)
+	// Status is the node at a glance: peers, markets, its offer, open
+	// orders, running leases and what is owed.
+	Status(ctx context.Context) (StatusView, error)
 }
 
 // MarketSummary is one joined market in one currency. Currency is empty
@@ -461,6 +464,7 @@ func registerDashboardRoutes(mux *http.ServeMux, s *apiServer, n *Node) {
 		}
 		return n.OrdersPage(r.Context(), q)
 	}))
+	registerStatusRoute(mux, s, n)
 	mountDashboard(mux)
 }
 
