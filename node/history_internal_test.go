@@ -152,3 +152,35 @@ func FuzzDecodeBody(f *testing.F) {
 		}
 	})
 }
+
+// FuzzConfigSet: any key and value either leave the config unchanged with
+// a bad-request error or give a config that validates and reads back.
+func FuzzConfigSet(f *testing.F) {
+	for _, seed := range [][2]string{
+		{"region", "CN-NM"}, {"region", "guangzhou"}, {"price", "1.39"}, {"price", "-1"}, {"currency", "CNY"},
+		{"api", "127.0.0.1:5001"}, {"api", "0.0.0.0:1"}, {"api", "unix:/tmp/s"}, {"listen", "/ip4/127.0.0.1/tcp/0"},
+		{"bootstrap", "/ip4/127.0.0.1/tcp/1"}, {"gpu_sim", "dgxh100"}, {"colour", "red"},
+	} {
+		f.Add(seed[0], seed[1])
+	}
+	f.Fuzz(func(t *testing.T, key, value string) {
+		c := DefaultConfig()
+		before := c
+		err := c.Set(key, []string{value})
+		if err != nil {
+			if !IsBadRequest(err) {
+				t.Errorf("Set(%q, %q) = %v, want a bad request", key, value, err)
+			}
+			if c.Region != before.Region || c.Price != before.Price || c.API != before.API || c.Currency != before.Currency || c.GPUSim != before.GPUSim {
+				t.Errorf("Set(%q, %q) failed but changed the config", key, value)
+			}
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Errorf("Set(%q, %q) accepted a config that does not validate: %v", key, value, err)
+		}
+		if got, _ := c.Get(key); len(got) != 1 || got[0] != value {
+			t.Errorf("Get(%q) after Set = %q, want [%q]", key, got, value)
+		}
+	})
+}
