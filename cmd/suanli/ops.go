@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/devnet"
 )
 
 // The operator's commands: dashboard, status, config, completion.
@@ -172,6 +173,23 @@ func cmdConfig(e *env, args []string) error {
 		fmt.Fprintln(e.stdout, "a daemon runs on this repo: restart it for the change to take effect")
 	}
 	return nil
+}
+
+// printDevnetDashboards prints where the devnet's first provider and
+// buyer serve their dashboards, and the repos to point the CLI at.
+func printDevnetDashboards(e *env, net *devnet.Net) {
+	fmt.Fprintln(e.stdout, "dashboards (or `suanli --repo REPO dashboard`):")
+	for _, nd := range []struct {
+		role string
+		n    *node.Node
+	}{{"provider 0", net.Providers[0]}, {"buyer 0", net.Buyers[0]}} {
+		u, err := node.DashboardURL(nd.n.Repo(), false)
+		if err != nil {
+			fmt.Fprintf(e.stdout, "  %s: %v\n", nd.role, err)
+			continue
+		}
+		fmt.Fprintf(e.stdout, "  %s: %s\n    repo %s\n", nd.role, u, nd.n.Repo())
+	}
 }
 
 // subcommands are the words some commands take first.

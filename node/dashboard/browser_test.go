@@ -181,7 +181,9 @@ func TestDashboardInBrowser(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS("#token"), tok),
 		chromedp.Click(chromedp.CSS(`#login-form button[type="submit"]`)),
 		chromedp.WaitVisible(chromedp.CSS("#nav")),
-		chromedp.WaitNotVisible(chromedp.CSS("#login")))
+		chromedp.WaitNotVisible(chromedp.CSS("#login")),
+		// No market joined yet: the page says so.
+		chromedp.WaitVisible(chromedp.CSS("table.markets td.empty")))
 
 	// A provider asks; the buyer's page shows the ask in the depth chart.
 	if _, err := provider.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: 4, Price: "2.30", MinDuration: "1s", Expires: "30m"}); err != nil {
