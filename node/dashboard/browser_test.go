@@ -279,4 +279,15 @@ func TestDashboardInBrowser(t *testing.T) {
 	if overflow {
 		t.Error("the markets page scrolls sideways on a 390 px screen")
 	}
+
+	// The buyer's peers gone: its page still shows its own state.
+	if err := provider.Close(); err != nil {
+		t.Fatal(err)
+	}
+	step(t, bctx, "peers gone",
+		chromedp.EmulateViewport(1280, 900),
+		eval(`location.hash = "#/node"`),
+		chromedp.WaitVisible(chromedp.CSS(`#leases tr[data-lease="`+fill.Lease+`"]`)),
+		into(new(bool), chromedp.Poll[bool](`document.getElementById("peer-count") !== null && document.getElementById("peer-count").textContent === "0"`)),
+		shot(t, dir, "node-no-peers"))
 }
