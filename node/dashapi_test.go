@@ -101,8 +101,30 @@ func TestDashboardAPI(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if page.Total != 4 || len(page.Orders) != 2 || page.Orders[0].Price != "1.02" || page.Orders[1].Price != "1.01" {
-				t.Errorf("OrdersPage(limit 2) = total %d, %v; want 4, newest first", page.Total, page.Orders)
+			if page.Total != 4 || len(page.Orders) != 2 {
+				t.Errorf("OrdersPage(limit 2) = total %d, %v; want 4 in all, 2 on the page", page.Total, page.Orders)
+			}
+			// Pages partition the orders (orders placed in the same
+			// millisecond may come in either order, but always the same).
+			page2, err := impl.buyer.OrdersPage(ctx, node.PageQuery{Offset: 2, Limit: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := map[string]bool{}
+			for _, o := range append(page.Orders, page2.Orders...) {
+				seen[o.ID] = true
+			}
+			all, err := impl.buyer.Orders(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range all {
+				if !seen[o.ID] {
+					t.Errorf("order %s (%s) is on neither page", o.ID, o.Price)
+				}
+			}
+			if len(seen) != 4 || len(all) != 4 {
+				t.Errorf("two pages hold %d distinct orders of %d, want 4", len(seen), len(all))
 			}
 			page, err = impl.buyer.OrdersPage(ctx, node.PageQuery{Offset: 3, Limit: 2})
 			if err != nil || page.Total != 4 || len(page.Orders) != 1 || page.Orders[0].ID != bid.ID {
