@@ -272,6 +272,10 @@ type telemetryHistory struct {
 	mu    sync.Mutex
 	order []string // UUIDs in inventory order
 	by    map[string][]GPUSample
+	// devices is the inventory's index, UUID and name of each GPU, read
+	// once: a dashboard polling every few seconds need not re-read the
+	// inventory (which, with confidential computing, makes fresh evidence).
+	devices []GPUSeries
 }
 
 func (h *telemetryHistory) add(at time.Time, tel []gpu.Telemetry) {
@@ -305,9 +309,21 @@ func (n *Node) GPUHistory(ctx context.Context) (GPUHistoryView, error) {
 	if n.gpus == nil {
 		return GPUHistoryView{}, fmt.Errorf("%w: %v", ErrNoGPUs, n.noGPU)
 	}
-	inv, err := n.gpus.Inventory()
-	if err != nil {
-		return GPUHistoryView{}, err
+	n.telHist.mu.Lock()
+	devices := n.telHist.devices
+	n.telHist.mu.Unlock()
+	if devices == nil {
+		inv, err := n.gpus.Inventory()
+		if err != nil {
+			return GPUHistoryView{}, err
+		}
+		devices = []GPUSeries{}
+		for _, d := range inv.Devices {
+			devices = append(devices, GPUSeries{Index: d.Index, UUID: d.UUID, Name: d.Name})
+		}
+		n.telHist.mu.Lock()
+		n.telHist.devices = devices
+		n.telHist.mu.Unlock()
 	}
 	holder := map[string]LeaseView{}
 	leases, _ := n.Leases(ctx)
@@ -320,7 +336,7 @@ func (n *Node) GPUHistory(ctx context.Context) (GPUHistoryView, error) {
 		}
 	}
 	v := GPUHistoryView{IntervalS: int(telemetryInterval / time.Second), GPUs: []GPUSeries{}}
-	for _, d := range inv.Devices {
+	for _, d := range devices {
 		s := GPUSeries{Index: d.Index, UUID: d.UUID, Name: d.Name, Samples: n.telHist.series(d.UUID)}
 		if l, ok := holder[d.UUID]; ok {
 			s.Lease = l.ID
