@@ -44,3 +44,41 @@ func BenchmarkOrdersPage(b *testing.B) {
 		}
 	})
 }
+
+// TestOrdersPageBounds: a page never holds more than maxPageSize orders, a
+// page past the end is empty, and the status filter counts only its kind.
+func TestOrdersPageBounds(t *testing.T) {
+	ctx := context.Background()
+	nd := benchNode(1200)
+	nd.own["order-000007"].status = "cancelled"
+	for _, tc := range []struct {
+		q              PageQuery
+		total, n       int
+		first          string
+		wantBadRequest bool
+	}{
+		{q: PageQuery{}, total: 1200, n: defaultPageSize, first: "order-001199"},
+		{q: PageQuery{Limit: 10_000}, total: 1200, n: maxPageSize, first: "order-001199"},
+		{q: PageQuery{Offset: 1190, Limit: 50}, total: 1200, n: 10, first: "order-000009"},
+		{q: PageQuery{Offset: 5000}, total: 1200, n: 0},
+		{q: PageQuery{Status: "cancelled"}, total: 1, n: 1, first: "order-000007"},
+		{q: PageQuery{Status: "filled"}, total: 0, n: 0},
+		{q: PageQuery{Offset: -1}, wantBadRequest: true},
+		{q: PageQuery{Limit: -1}, wantBadRequest: true},
+	} {
+		v, err := nd.OrdersPage(ctx, tc.q)
+		if tc.wantBadRequest {
+			if !IsBadRequest(err) {
+				t.Errorf("OrdersPage(%+v) error = %v, want bad request", tc.q, err)
+			}
+			continue
+		}
+		if err != nil || v.Total != tc.total || len(v.Orders) != tc.n || (tc.n > 0 && v.Orders[0].ID != tc.first) {
+			first := ""
+			if len(v.Orders) > 0 {
+				first = v.Orders[0].ID
+			}
+			t.Errorf("OrdersPage(%+v) = total %d, %d orders from %q, %v; want %d, %d from %q", tc.q, v.Total, len(v.Orders), first, err, tc.total, tc.n, tc.first)
+		}
+	}
+}
