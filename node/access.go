@@ -161,6 +161,23 @@ func (s *apiServer) access(r *http.Request) access {
 	return accessNone
 }
 
+// AccessView says what the token of a request may do.
+type AccessView struct {
+	// Access is "full" or "read-only".
+	Access string `json:"access"`
+}
+
+// registerAccessRoute serves GET /api/v0/access, so a page can tell a
+// read-only token from a full one and hide what it could not do.
+func registerAccessRoute(mux *http.ServeMux, s *apiServer) {
+	mux.HandleFunc("GET "+apiPrefix+"/access", s.auth(func(r *http.Request) (any, error) {
+		if s.access(r) == accessFull {
+			return AccessView{Access: "full"}, nil
+		}
+		return AccessView{Access: "read-only"}, nil
+	}))
+}
+
 // allowedHosts are the Host values that name this API: its listen address,
 // and localhost / 127.0.0.1 / [::1] on the same port; "unix" for a socket.
 func allowedHosts(addr string) map[string]bool {

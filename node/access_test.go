@@ -115,6 +115,8 @@ func TestAPIAccess(t *testing.T) {
 		{"cross-site fetch", apiCall{method: "GET", path: "/api/v0/id", header: with(full, "Sec-Fetch-Site", "cross-site")}, 403, "cross-site"},
 		{"own origin", apiCall{method: "GET", path: "/api/v0/orders", header: with(full, "Origin", "http://"+ep.Addr)}, 200, "[]"},
 		{"read-only reads", apiCall{method: "GET", path: "/api/v0/orders", header: readOnly}, 200, "[]"},
+		{"read-only access", apiCall{method: "GET", path: "/api/v0/access", header: readOnly}, 200, `"read-only"`},
+		{"full access", apiCall{method: "GET", path: "/api/v0/access", header: full}, 200, `"full"`},
 		{"read-only cannot order", apiCall{method: "POST", path: "/api/v0/orders", body: order, header: readOnly}, 403, "read-only"},
 		{"read-only cannot cancel", apiCall{method: "DELETE", path: "/api/v0/orders/x", header: readOnly}, 403, "read-only"},
 		{"read-only cannot close", apiCall{method: "POST", path: "/api/v0/leases/x/close", body: "{}", header: readOnly}, 403, "read-only"},

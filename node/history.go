@@ -481,6 +481,7 @@ func registerDashboardRoutes(mux *http.ServeMux, s *apiServer, n *Node) {
 		return n.OrdersPage(r.Context(), q)
 	}))
 	registerStatusRoute(mux, s, n)
+	registerAccessRoute(mux, s)
 	mountDashboard(mux)
 }
 

@@ -266,6 +266,16 @@ func TestDashboardInBrowser(t *testing.T) {
 	if held != 2 {
 		t.Errorf("provider page: %d GPUs shown held by the lease, want 2", held)
 	}
+	// Read-only: marked so, and no Cancel button on the provider's resting ask.
+	var cancels int
+	step(t, bctx, "read-only screen",
+		chromedp.WaitVisible(chromedp.CSS("#read-only")),
+		eval(`location.hash = "#/node"`),
+		chromedp.WaitVisible(chromedp.CSS(`#orders .pill.resting`)),
+		into(&cancels, chromedp.Evaluate[int](`document.querySelectorAll("#orders button.cancel").length`)))
+	if cancels != 0 {
+		t.Errorf("read-only page shows %d Cancel buttons, want none", cancels)
+	}
 
 	// The same markets page on a phone-sized screen.
 	step(t, bctx, "phone",
@@ -281,8 +291,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 
 	// The buyer's peers gone: its page still shows its own state.
+	// The browser holds connections to the provider's API open: closing
+	// must not wait on them, nor fail.
 	if err := provider.Close(); err != nil {
-		t.Fatal(err)
+		t.Errorf("closing the provider with its dashboard open: %v", err)
 	}
 	step(t, bctx, "peers gone",
 		chromedp.EmulateViewport(1280, 900),

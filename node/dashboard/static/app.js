@@ -14,6 +14,7 @@ function takeTokenFromHash() {
   const m = location.hash.match(/(?:^#|&)token=([0-9a-fA-F]+)/);
   if (m) {
     localStorage.setItem(TOKEN_KEY, m[1]);
+    access = "";
     history.replaceState(null, "", location.pathname + "#/markets");
   }
 }
@@ -199,6 +200,9 @@ function sparkline(values, max) {
 
 // ---- views -----------------------------------------------------------------
 
+// access is "full" or "read-only" for the current token, asked once.
+let access = "";
+
 const state = {
   market: "", currency: "USD", joined: [],
   offers: null, offerQuery: {}, offerSort: { key: "price", dir: 1 },
@@ -335,7 +339,7 @@ views.node = async function () {
     page.orders.map(o => el("tr", { "data-order": o.id },
       td(el("span", { class: "side-" + o.side }, o.side)), td(o.market), td(o.count, 1), td(o.remaining, 1), td(o.price + " " + o.currency, 1),
       td(o.lease_type), td(pill(o.status)), td(when(o.expires)), td(short(o.id)),
-      td(o.status === "resting" ? el("button", { class: "danger cancel", onclick: ev => cancelOrder(o.id, ev.target) }, "Cancel") : ""))),
+      td(o.status === "resting" && access === "full" ? el("button", { class: "danger cancel", onclick: ev => cancelOrder(o.id, ev.target) }, "Cancel") : ""))),
     { empty: "no orders" });
   const leaseRows = leases.map(l => el("tr", { class: "clickable", "data-lease": l.id, onclick: () => { location.hash = "#/lease/" + encodeURIComponent(l.id); } },
     td(short(l.id)), td(l.role), td(pill(l.state)), td(l.market), td(l.gpus.length, 1), td(l.price + " " + l.currency, 1),
@@ -435,6 +439,7 @@ async function render() {
   if (!token()) { showLogin(""); return; }
   for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.route === name || (name === "lease" && a.dataset.route === "node"));
   try {
+    if (!access) access = (await api("/access")).access;
     const kids = await views[name](arg);
     if (seq !== renderSeq) return; // a newer render started
     document.getElementById("login").hidden = true;
@@ -449,6 +454,7 @@ async function render() {
     if (seq !== renderSeq) return;
     if (e instanceof Unauthorized) {
       localStorage.removeItem(TOKEN_KEY);
+      access = "";
       showLogin(e.message === "no token" ? "" : "The token was refused: " + e.message);
       return;
     }
@@ -460,8 +466,9 @@ function setStatus(err) {
   const s = document.getElementById("status");
   const stale = err || Date.now() - lastOK > 3 * POLL_MS;
   s.replaceChildren(el("span", { class: "dot" + (stale ? " stale" : "") }),
+    access === "read-only" ? el("span", { class: "pill readonly", id: "read-only" }, "read-only") : null, " ",
     err ? "error: " + err : "updated " + new Date(lastOK).toLocaleTimeString(),
-    " · ", el("a", { href: "#", class: "logout", onclick: ev => { ev.preventDefault(); localStorage.removeItem(TOKEN_KEY); showLogin(""); } }, "log out"));
+    " · ", el("a", { href: "#", class: "logout", onclick: ev => { ev.preventDefault(); localStorage.removeItem(TOKEN_KEY); access = ""; showLogin(""); } }, "log out"));
 }
 
 let polling = false;
@@ -478,6 +485,7 @@ document.getElementById("login-form").addEventListener("submit", ev => {
   const v = ev.target.elements.token.value.trim();
   if (!v) return;
   localStorage.setItem(TOKEN_KEY, v);
+  access = "";
   ev.target.reset();
   render();
 });
