@@ -291,6 +291,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 
 	// The buyer's peers gone: its page still shows its own state.
+	var statusText string
 	// The browser holds connections to the provider's API open: closing
 	// must not wait on them, nor fail.
 	if err := provider.Close(); err != nil {
@@ -301,5 +302,11 @@ func TestDashboardInBrowser(t *testing.T) {
 		eval(`location.hash = "#/node"`),
 		chromedp.WaitVisible(chromedp.CSS(`#leases tr[data-lease="`+fill.Lease+`"]`)),
 		into(new(bool), chromedp.Poll[bool](`document.getElementById("peer-count") !== null && document.getElementById("peer-count").textContent === "0"`)),
+		// What the buyer owes the provider, from the countersigned receipts.
+		chromedp.WaitVisible(chromedp.CSS(`table.settle tr[data-peer="`+provider.PeerID().String()+`"]`)),
+		into(&statusText, chromedp.Text(chromedp.CSS("#status"))),
 		shot(t, dir, "node-no-peers"))
+	if !strings.HasPrefix(statusText, "updated ") {
+		t.Errorf("status line = %q, want it to start with \"updated\"", statusText)
+	}
 }

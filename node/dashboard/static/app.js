@@ -83,7 +83,7 @@ function when(t) {
   if (!t) return "-";
   const d = new Date(t);
   if (isNaN(d) || d.getFullYear() < 1971) return "-";
-  return d.toLocaleString();
+  return d.toLocaleString(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit" });
 }
 function timeOnly(t) { const d = new Date(t); return isNaN(d) ? "-" : d.toLocaleTimeString(); }
 function pill(s) { return el("span", { class: "pill " + (s || "") }, dash(s)); }
@@ -348,17 +348,18 @@ views.node = async function () {
   for (const s of settle) {
     for (const t of s.totals) {
       settleRows.push(el("tr", { "data-peer": s.peer }, td(short(s.peer)), td(s.leases.length, 1), td(t.currency),
-        td(dash(t.amount), 1), td(dash(t.paid), 1), td(dash(t.owed), 1)));
+        td(dash(t.receivable), 1), td(dash(t.received), 1), td(dash(t.payable), 1), td(dash(t.paid), 1), td(dash(t.owed), 1)));
     }
   }
   return [
-    el("div", { class: "grid" },
+    el("div", { class: "grid wide" },
       card("This node", el("dl", { class: "kv" },
         el("dt", {}, "peer ID"), el("dd", { id: "peer-id" }, id.id),
         el("dt", {}, "role"), el("dd", {}, id.provider ? "provider and buyer" : "buyer (" + dash(id.no_gpu_reason) + ")"),
         el("dt", {}, "peers"), el("dd", { id: "peer-count" }, peers.length),
         el("dt", {}, "addresses"), el("dd", {}, id.addrs.map(a => el("div", {}, el("code", {}, a)))))),
-      card("Settlement per counterparty", table("settle", ["peer", { label: "leases", num: 1 }, "currency", { label: "countersigned", num: 1 }, { label: "paid", num: 1 }, { label: "owed to us", num: 1 }],
+      card("Settlement per counterparty", table("settle", ["peer", { label: "leases", num: 1 }, "currency", { label: "receivable", num: 1 }, { label: "received", num: 1 },
+        { label: "payable", num: 1 }, { label: "paid", num: 1 }, { label: "owed to us", num: 1 }],
         settleRows, { empty: "nothing to settle" }))),
     card("Orders", el("div", { class: "toolbar" }, el("label", {}, "status ", status)), el("div", { id: "orders" }, orders), pager),
     card("Leases", el("div", { id: "leases" }, table("leases", ["lease", "role", "state", "market", { label: "GPUs", num: 1 }, { label: "price", num: 1 },
@@ -466,7 +467,7 @@ function setStatus(err) {
   const s = document.getElementById("status");
   const stale = err || Date.now() - lastOK > 3 * POLL_MS;
   s.replaceChildren(el("span", { class: "dot" + (stale ? " stale" : "") }),
-    access === "read-only" ? el("span", { class: "pill readonly", id: "read-only" }, "read-only") : null, " ",
+    ...(access === "read-only" ? [el("span", { class: "pill readonly", id: "read-only" }, "read-only"), " "] : []),
     err ? "error: " + err : "updated " + new Date(lastOK).toLocaleTimeString(),
     " · ", el("a", { href: "#", class: "logout", onclick: ev => { ev.preventDefault(); localStorage.removeItem(TOKEN_KEY); access = ""; showLogin(""); } }, "log out"));
 }
