@@ -44,6 +44,8 @@ type API interface {
 
 	// Leases and settlement (see LeaseAPI).
 	LeaseAPI
+	// Price history, GPU telemetry over time, paged orders (see DashboardAPI).
+	DashboardAPI
 }
 
 // IDInfo identifies a node. Addrs are full multiaddrs ending in /p2p/<id>.

@@ -376,6 +376,9 @@ func (n *Node) applyFill(ev *p2p.BookEvent) {
 	if err := s.index.Add(f, now); err != nil {
 		n.log.Debug("fill not indexed", "fill", f.ID, "err", err)
 	}
+	// Under the book lock, so whoever sees the spot move sees the history.
+	index, _ := s.index.Value(now)
+	n.recordHistory(f, index)
 	for _, id := range []string{f.BidID, f.AskID} {
 		if _, _, ok := s.book.Lookup(id); !ok {
 			delete(s.envs, id)
@@ -398,6 +401,7 @@ func (n *Node) applyFill(ev *p2p.BookEvent) {
 	if err := n.store.putFill(f.ID, f.Time, ev.Raw); err != nil {
 		n.log.Warn("storing fill failed", "fill", f.ID, "err", err)
 	}
+	n.recordHistory(f, index)
 	n.log.Info("trade", "market", f.Market, "count", f.Quantity, "price", market.FormatMicros(f.Price, f.Currency),
 		"currency", f.Currency, "buyer", short(f.Buyer), "provider", short(f.Provider), "lease", ev.Lease.Id)
 }

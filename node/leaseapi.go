@@ -60,8 +60,8 @@ func registerLeaseRoutes(mux *http.ServeMux, s *apiServer, n *Node) {
 	mux.HandleFunc(p+"/settle", s.auth(func(r *http.Request) (any, error) { return n.Settle(r.Context(), r.URL.Query().Get("peer")) }))
 	mux.HandleFunc("POST "+apiPrefix+"/settle/ack", s.auth(func(r *http.Request) (any, error) {
 		var req PaymentRequest
-		if err := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<16)).Decode(&req); err != nil {
-			return nil, badRequest("payment: %v", err)
+		if err := decodeBody(r, "payment", 1<<16, &req); err != nil {
+			return nil, err
 		}
 		return n.AckPayment(r.Context(), req)
 	}))

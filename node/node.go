@@ -235,6 +235,8 @@ type Node struct {
 	attest          *attestState  // see attest.go
 	leases          *leaseManager // see lease.go
 	perGPU          perGPU        // what each GPU is sold with (see WithResourcesPerGPU)
+
+	telHist telemetryHistory // GPU samples over time; see history.go
 }
 
 var _ API = (*Node)(nil)

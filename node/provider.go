@@ -83,6 +83,7 @@ func (n *Node) sampleTelemetry() {
 	for {
 		if tel, err := n.gpus.Telemetry(); err == nil {
 			n.metrics.observe(tel)
+			n.telHist.add(n.now(), tel)
 		} else {
 			n.log.Debug("telemetry failed", "err", err)
 		}

@@ -2,9 +2,6 @@ package node
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,6 +44,8 @@ type apiServer struct {
 	addr    string
 	token   string
 	apiPath string
+	// readOnly are the tokens that may only read (see access.go).
+	readOnly *readOnlyTokens
 }
 
 func startAPI(n *Node, addr string) (*apiServer, error) {
@@ -63,9 +62,13 @@ func startAPI(n *Node, addr string) (*apiServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: api listen: %w", err)
 	}
-	tok := make([]byte, 32)
-	rand.Read(tok)
-	s := &apiServer{n: n, ln: ln, token: hex.EncodeToString(tok), apiPath: filepath.Join(n.repo, apiFile)}
+	tok, err := loadOrCreateToken(n.repo)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	s := &apiServer{n: n, ln: ln, token: tok, apiPath: filepath.Join(n.repo, apiFile),
+		readOnly: &readOnlyTokens{path: filepath.Join(n.repo, apiReadOnlyFile)}}
 	if network == "unix" {
 		s.addr = "unix:" + where
 		os.Chmod(where, 0o600)
@@ -86,8 +89,8 @@ func startAPI(n *Node, addr string) (*apiServer, error) {
 	}))
 	mux.HandleFunc("POST "+apiPrefix+"/orders", s.auth(func(r *http.Request) (any, error) {
 		var req OrderRequest
-		if err := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 64<<10)).Decode(&req); err != nil {
-			return nil, badRequest("order request: %v", err)
+		if err := decodeBody(r, "order request", 64<<10, &req); err != nil {
+			return nil, err
 		}
 		return n.PlaceOrder(r.Context(), req)
 	}))
@@ -106,11 +109,8 @@ func startAPI(n *Node, addr string) (*apiServer, error) {
 		return n.Trades(r.Context(), r.PathValue("market"))
 	}))
 	registerAttestRoutes(mux, s)
-	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	if err := writeFileAtomic(filepath.Join(n.repo, apiTokenFile), []byte(s.token+"\n"), 0o600); err != nil {
-		ln.Close()
-		return nil, err
-	}
+	registerDashboardRoutes(mux, s, n)
+	s.srv = &http.Server{Handler: s.guard(mux), ReadHeaderTimeout: 10 * time.Second}
 	if err := writeFileAtomic(s.apiPath, []byte(s.addr+"\n"), 0o600); err != nil {
 		ln.Close()
 		return nil, err
@@ -121,17 +121,29 @@ func startAPI(n *Node, addr string) (*apiServer, error) {
 
 func (s *apiServer) close() error {
 	os.Remove(s.apiPath)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	return s.srv.Shutdown(ctx)
+	if err := s.srv.Shutdown(ctx); errors.Is(err, context.DeadlineExceeded) {
+		// A browser's preconnected sockets never go idle: drop them.
+		return s.srv.Close()
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
 
 func (s *apiServer) auth(h func(*http.Request) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) != 1 {
+		switch s.access(r) {
+		case accessNone:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="suanli"`)
 			writeJSON(w, http.StatusUnauthorized, apiError{Error: "missing or wrong API token (see <repo>/api.token)"})
 			return
+		case accessRead:
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				writeJSON(w, http.StatusForbidden, apiError{Error: "a read-only token cannot change anything"})
+				return
+			}
 		}
 		v, err := h(r)
 		if err != nil {

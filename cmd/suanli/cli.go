@@ -59,6 +59,10 @@ func init() {
 		{"evidence", "[--peer P] | export ID | verify --file F", "signed misbehaviour kept: equivocating receipts, refused fills", cmdEvidence},
 		{"attest", "PEER [--timeout D]", "challenge a provider to prove its GPUs (confidential computing)", cmdAttest},
 		{"devnet", "[--providers N] [--buyers M] [--keep]", "run a whole local market on simulated GPUs", cmdDevnet},
+		{"dashboard", "[--read-only | --revoke-read-only]", "print the web dashboard's URL with a login token", cmdDashboard},
+		{"status", "", "one screen: peers, markets, offer, open orders, running leases, what is owed", cmdStatus},
+		{"config", "show [KEY] | set KEY VALUE...", "show or change the repo's config, validated", cmdConfig},
+		{"completion", "bash|zsh|fish", "print a shell completion script", cmdCompletion},
 		{"version", "", "print the version", cmdVersion},
 	}
 }

@@ -294,6 +294,7 @@ func cmdDevnet(e *env, args []string) error {
 		for _, a := range net.Providers[0].Addrs() {
 			fmt.Fprintf(e.stdout, "  --bootstrap %s\n", a)
 		}
+		printDevnetDashboards(e, net)
 		cancel()
 		ctx, stop := signalContext()
 		defer stop()

@@ -1,0 +1,38 @@
+package node
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/suanli/suanli/node/dashboard"
+)
+
+// mountDashboard serves the dashboard's files; / leads to it.
+func mountDashboard(mux *http.ServeMux) {
+	mux.Handle("GET "+dashboard.Prefix, dashboard.Handler())
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, dashboard.Prefix, http.StatusFound)
+	})
+}
+
+// DashboardURL is the address of the dashboard of the daemon running on a
+// repo, with a login token in the URL's fragment (which a browser never
+// sends to the server, nor in a Referer). With readOnly, a new read-only
+// token is issued; otherwise the node's full token is used.
+func DashboardURL(repo string, readOnly bool) (string, error) {
+	ep, err := ReadAPIEndpoint(repo)
+	if err != nil {
+		return "", err
+	}
+	if strings.HasPrefix(ep.Addr, "unix:") {
+		return "", fmt.Errorf("node: the API listens on %s: a browser needs a host:port API (config \"api\")", ep.Addr)
+	}
+	tok := ep.Token
+	if readOnly {
+		if tok, err = IssueReadOnlyToken(repo); err != nil {
+			return "", err
+		}
+	}
+	return "http://" + ep.Addr + dashboard.Prefix + "#token=" + tok, nil
+}

@@ -1,0 +1,186 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/suanli/suanli/gpu"
+	"github.com/suanli/suanli/market"
+)
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// TestHistoryPersists records fills, restarts the node on its repo and
+// reads the same history back, oldest first, bounded by since and limit.
+func TestHistoryPersists(t *testing.T) {
+	repo := filepath.Join(t.TempDir(), "n")
+	open := func() *Node {
+		n, err := New(WithRepo(repo), WithAutoInit(), WithListen("/ip4/127.0.0.1/tcp/0"), WithAPI(""), WithLogger(quietLogger()), WithoutGPU())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	n := open()
+	const mkt = "nvidia-h100-sxm5-80gb"
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	for i := range 10 {
+		f := market.Fill{ID: "fill" + string(rune('a'+i)), Market: mkt, Currency: "USD", Price: int64(2_000_000 + i*10_000), Quantity: uint32(i + 1), Time: t0.Add(time.Duration(i) * time.Minute)}
+		n.recordHistory(f, int64(2_000_000+i*5_000))
+	}
+	// Another market and currency are kept apart.
+	n.recordHistory(market.Fill{ID: "other", Market: "nvidia-a100-sxm4-40gb", Currency: "USD", Price: 1, Quantity: 1, Time: t0}, 0)
+	n.recordHistory(market.Fill{ID: "cny", Market: mkt, Currency: "CNY", Price: 1, Quantity: 1, Time: t0}, 0)
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n = open()
+	defer n.Close()
+	ctx := context.Background()
+	h, err := n.History(ctx, mkt, "", HistoryQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h.Points) != 10 || h.Currency != "USD" {
+		t.Fatalf("History after restart = %d points in %s, want 10 in USD", len(h.Points), h.Currency)
+	}
+	for i, p := range h.Points {
+		want := t0.Add(time.Duration(i) * time.Minute)
+		if !p.Time.Equal(want) || p.PriceMicros != int64(2_000_000+i*10_000) || p.Count != uint32(i+1) || p.IndexMicros != int64(2_000_000+i*5_000) {
+			t.Errorf("point %d = %+v, want time %v price %d count %d", i, p, want, 2_000_000+i*10_000, i+1)
+		}
+	}
+	if h.Points[0].Price != "2.00" {
+		t.Errorf("point 0 price = %q, want 2.00", h.Points[0].Price)
+	}
+	h, err = n.History(ctx, mkt, "USD", HistoryQuery{Limit: 3})
+	if err != nil || len(h.Points) != 3 || h.Points[0].Fill != "fillh" || h.Points[2].Fill != "fillj" {
+		t.Errorf("History(limit 3) = %+v, %v; want the newest 3, oldest first", h.Points, err)
+	}
+	h, err = n.History(ctx, mkt, "USD", HistoryQuery{Since: t0.Add(8 * time.Minute)})
+	if err != nil || len(h.Points) != 2 {
+		t.Errorf("History(since 8m) = %d points, %v; want 2", len(h.Points), err)
+	}
+	h, err = n.History(ctx, mkt, "CNY", HistoryQuery{})
+	if err != nil || len(h.Points) != 1 || h.Points[0].Index != "" {
+		t.Errorf("History(CNY) = %+v, %v; want one point without index", h.Points, err)
+	}
+	for _, bad := range []struct {
+		mkt, cur string
+		q        HistoryQuery
+	}{{"", "", HistoryQuery{}}, {mkt, "XXX", HistoryQuery{}}, {mkt, "", HistoryQuery{Limit: -1}}} {
+		if _, err := n.History(ctx, bad.mkt, bad.cur, bad.q); !IsBadRequest(err) {
+			t.Errorf("History(%q, %q, %+v) error = %v, want bad request", bad.mkt, bad.cur, bad.q, err)
+		}
+	}
+}
+
+func TestTelemetryHistoryRing(t *testing.T) {
+	var h telemetryHistory
+	t0 := time.Unix(0, 0)
+	for i := range gpuHistorySamples + 10 {
+		h.add(t0.Add(time.Duration(i)*time.Second), []gpu.Telemetry{{UUID: "a", UtilizationPercent: uint32(i % 100)}, {UUID: "b"}})
+	}
+	s := h.series("a")
+	if len(s) != gpuHistorySamples || !s[0].Time.Equal(t0.Add(10*time.Second)) || s[len(s)-1].UtilizationPercent != uint32((gpuHistorySamples+9)%100) {
+		t.Errorf("series = %d samples from %v, want %d from %v", len(s), s[0].Time, gpuHistorySamples, t0.Add(10*time.Second))
+	}
+	if len(h.series("none")) != 0 {
+		t.Error("series of an unknown GPU is not empty")
+	}
+}
+
+func FuzzDecodeHistPoint(f *testing.F) {
+	f.Add(histPoint{price: 2_500_000, count: 3, index: 2_400_000}.encode())
+	f.Add(histPoint{price: 1, count: 1}.encode())
+	f.Add([]byte{})
+	f.Add(bytes.Repeat([]byte{0xff}, histPointLen))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := decodeHistPoint(b)
+		if err != nil {
+			return
+		}
+		if !bytes.Equal(p.encode(), b) {
+			t.Errorf("decode(%x) = %+v re-encodes as %x", b, p, p.encode())
+		}
+		if p.price <= 0 || p.count == 0 || p.index < 0 {
+			t.Errorf("decode(%x) = %+v: accepted a non-positive value", b, p)
+		}
+	})
+}
+
+func FuzzDecodeHistKey(f *testing.F) {
+	prefix := histPrefix("nvidia-h100-sxm5-80gb", "USD")
+	f.Add(histKey("nvidia-h100-sxm5-80gb", "USD", time.UnixMilli(1_700_000_000_000), "abc"))
+	f.Add(prefix)
+	f.Add([]byte("hist/x"))
+	f.Fuzz(func(t *testing.T, k []byte) {
+		at, id, err := decodeHistKey(prefix, k)
+		if err != nil {
+			return
+		}
+		if got := histKey("nvidia-h100-sxm5-80gb", "USD", at, id); !bytes.Equal(got, k) {
+			t.Errorf("decodeHistKey(%q) = %v %q, re-encodes as %q", k, at, id, got)
+		}
+	})
+}
+
+// FuzzDecodeBody: any body is an OrderRequest or a bad request, never a
+// panic, and a refused body's message says what is wrong.
+func FuzzDecodeBody(f *testing.F) {
+	f.Add(`{"side":"bid","market":"nvidia-h100-sxm5-80gb","count":1,"price":"1.00"}`)
+	f.Add(`{"count":"three"}`)
+	f.Add(`{"colour":1}`)
+	f.Add(`{"side":"bid"`)
+	f.Add(``)
+	f.Add(`[]`)
+	f.Add(`{} {}`)
+	f.Add(`{"regions":"CN"}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		r := httptest.NewRequest("POST", "/api/v0/orders", strings.NewReader(body))
+		var req OrderRequest
+		err := decodeBody(r, "order request", 64<<10, &req)
+		if err != nil && (!IsBadRequest(err) || !strings.HasPrefix(err.Error(), "order request: ")) {
+			t.Errorf("decodeBody(%q) = %v, want a bad request about the order request", body, err)
+		}
+	})
+}
+
+// FuzzConfigSet: any key and value either leave the config unchanged with
+// a bad-request error or give a config that validates and reads back.
+func FuzzConfigSet(f *testing.F) {
+	for _, seed := range [][2]string{
+		{"region", "CN-NM"}, {"region", "guangzhou"}, {"price", "1.39"}, {"price", "-1"}, {"currency", "CNY"},
+		{"api", "127.0.0.1:5001"}, {"api", "0.0.0.0:1"}, {"api", "unix:/tmp/s"}, {"listen", "/ip4/127.0.0.1/tcp/0"},
+		{"bootstrap", "/ip4/127.0.0.1/tcp/1"}, {"gpu_sim", "dgxh100"}, {"colour", "red"},
+	} {
+		f.Add(seed[0], seed[1])
+	}
+	f.Fuzz(func(t *testing.T, key, value string) {
+		c := DefaultConfig()
+		before := c
+		err := c.Set(key, []string{value})
+		if err != nil {
+			if !IsBadRequest(err) {
+				t.Errorf("Set(%q, %q) = %v, want a bad request", key, value, err)
+			}
+			if c.Region != before.Region || c.Price != before.Price || c.API != before.API || c.Currency != before.Currency || c.GPUSim != before.GPUSim {
+				t.Errorf("Set(%q, %q) failed but changed the config", key, value)
+			}
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Errorf("Set(%q, %q) accepted a config that does not validate: %v", key, value, err)
+		}
+		if got, _ := c.Get(key); len(got) != 1 || got[0] != value {
+			t.Errorf("Get(%q) after Set = %q, want [%q]", key, got, value)
+		}
+	})
+}
