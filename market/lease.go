@@ -80,7 +80,7 @@ const (
 	// CloseProvider: the provider ended it early.
 	CloseProvider
 	// ClosePreempted: the provider interrupted a spot lease for a better
-	// take (see PreemptionCandidate).
+	// take (see ChoosePreempted).
 	ClosePreempted
 	// CloseUnpaid: the buyer stopped countersigning receipts (see Unpaid).
 	CloseUnpaid

@@ -25,8 +25,9 @@ const (
 )
 
 // PreemptionNotice is how long a spot lease keeps its GPUs after the
-// provider tells the buyer it is preempted.
-const PreemptionNotice = 2 * time.Minute
+// provider tells the buyer it is preempted, unless its terms say otherwise
+// (LeaseNotice).
+const PreemptionNotice = 30 * time.Second
 
 // ErrBadDiscount is returned when a reserved discount schedule is malformed.
 var ErrBadDiscount = errors.New("market: bad reserved discount")
@@ -109,37 +110,4 @@ func ReservedPrice(onDemand int64, d time.Duration, schedule []Discount) (int64,
 	lo, carry := bits.Add64(lo, 5_000, 0)
 	q, _ := bits.Div64(hi+carry, lo, 10_000)
 	return int64(q), nil
-}
-
-// SpotLease is a running spot lease on a provider, as preemption sees it.
-type SpotLease struct {
-	ID       string
-	Buyer    string
-	Quantity uint32
-	Price    int64 // micro-units per GPU-hour
-	Start    time.Time
-}
-
-// PreemptionCandidate picks the spot lease a provider interrupts to make room
-// for an incoming take of type incoming at price (per GPU-hour, same
-// currency). On-demand and reserved takes may preempt any spot lease; a spot
-// take only one priced strictly below it. Among those it picks the lowest
-// price, then the latest start (the least work lost), then the smallest ID.
-// ok is false when no lease may be preempted. The victim keeps its GPUs for
-// PreemptionNotice.
-func PreemptionCandidate(leases []SpotLease, incoming LeaseType, price int64) (victim SpotLease, ok bool) {
-	if !incoming.valid() {
-		return SpotLease{}, false
-	}
-	for _, l := range leases {
-		if incoming == Spot && l.Price >= price {
-			continue
-		}
-		if !ok || l.Price < victim.Price ||
-			(l.Price == victim.Price && (l.Start.After(victim.Start) ||
-				(l.Start.Equal(victim.Start) && l.ID < victim.ID))) {
-			victim, ok = l, true
-		}
-	}
-	return victim, ok
 }

@@ -35,38 +35,3 @@ func TestReservedPrice(t *testing.T) {
 		}
 	}
 }
-
-func TestPreemptionCandidate(t *testing.T) {
-	leases := []SpotLease{
-		{ID: "l1", Price: 1_000_000, Start: bookT0},
-		{ID: "l2", Price: 800_000, Start: bookT0},
-		{ID: "l3", Price: 800_000, Start: bookT0.Add(time.Minute)},
-		{ID: "l0", Price: 800_000, Start: bookT0.Add(time.Minute)},
-		{ID: "l4", Price: 1_500_000, Start: bookT0},
-	}
-	tests := []struct {
-		incoming LeaseType
-		price    int64
-		want     string
-		ok       bool
-	}{
-		{OnDemand, 0, "l0", true},
-		{Reserved, 0, "l0", true},
-		{Spot, 900_000, "l0", true},
-		{Spot, 800_000, "", false},
-		{Spot, 2_000_000, "l0", true},
-		{0, 2_000_000, "", false},
-	}
-	for _, tt := range tests {
-		got, ok := PreemptionCandidate(leases, tt.incoming, tt.price)
-		if got.ID != tt.want || ok != tt.ok {
-			t.Errorf("PreemptionCandidate(%v, %d) = %s, %v, want %s, %v", tt.incoming, tt.price, got.ID, ok, tt.want, tt.ok)
-		}
-	}
-	if _, ok := PreemptionCandidate(nil, OnDemand, 0); ok {
-		t.Errorf("PreemptionCandidate(nil) ok = true, want false")
-	}
-	if !Spot.Interruptible() || OnDemand.Interruptible() || Reserved.Interruptible() {
-		t.Errorf("Interruptible() wrong: only spot leases may be preempted")
-	}
-}

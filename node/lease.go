@@ -60,6 +60,10 @@ type leaseRecord struct {
 	// PeerAddrs are the counterparty's addresses when the lease began,
 	// to redial it after a restart or a disconnect (see redial.go).
 	PeerAddrs []string `json:"peer_addrs,omitempty"`
+	// PreemptAt is when a preempted spot lease ends (see preempt.go).
+	PreemptAt time.Time `json:"preempt_at,omitzero"`
+	// BidID is the buyer's bid the lease came from (buyer).
+	BidID string `json:"bid_id,omitempty"`
 }
 
 // leaseRun is one lease this node is party to, in memory.
@@ -343,6 +347,7 @@ func (n *Node) leaseFromFill(ev *p2p.BookEvent) {
 	}
 	if role == market.RoleBuyer {
 		n.ownMu.Lock()
+		r.rec.BidID = ev.Fill.BidID
 		if oo := n.own[ev.Fill.BidID]; oo != nil && !oo.workload.Empty() {
 			spec := oo.workload
 			r.rec.Workload, r.rec.Exec = &spec, spec.Command
@@ -452,6 +457,9 @@ func (n *Node) providerStep(r *leaseRun) bool {
 	r.mu.Lock()
 	var notify market.CloseReason
 	switch {
+	case r.ml.State == market.LeaseRunning && !r.rec.PreemptAt.IsZero() && !now.Before(r.rec.PreemptAt) && r.rec.PreemptAt.Before(market.LeaseEnd(r.terms)):
+		n.endLocked(r, market.ClosePreempted, r.rec.PreemptAt, "")
+		notify = market.ClosePreempted
 	case r.ml.State == market.LeaseRunning && r.ml.Expired(now):
 		n.endLocked(r, market.CloseCompleted, now, "")
 	case r.ml.State == market.LeaseRunning && r.ml.Unpaid(now, n.grace(r.terms)) &&
@@ -659,6 +667,8 @@ func (n *Node) buyerStep(r *leaseRun) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
+	case r.ml.State == market.LeaseRunning && !r.rec.PreemptAt.IsZero() && !now.Before(r.rec.PreemptAt) && r.rec.PreemptAt.Before(market.LeaseEnd(r.terms)):
+		n.endLocked(r, market.ClosePreempted, r.rec.PreemptAt, "")
 	case r.ml.State == market.LeaseRunning && r.ml.Expired(now):
 		n.endLocked(r, market.CloseCompleted, now, "")
 	case r.ml.State == market.LeaseRunning:
@@ -688,6 +698,8 @@ func (n *Node) handleReceiptMsg(from peer.ID, kind byte, body []byte) (byte, []b
 		err = n.takeClose(from, body)
 	case p2p.FramePayment:
 		err = n.takePayment(from, body)
+	case p2p.FramePreempt:
+		err = n.takePreemption(from, body)
 	default:
 		err = fmt.Errorf("unknown message kind %q", kind)
 	}
@@ -897,10 +909,12 @@ type LeaseView struct {
 	ContainerState string     `json:"container_state,omitempty"`
 	Endpoints      []Endpoint `json:"endpoints,omitempty"`
 	GPUAccess      string     `json:"gpu_access,omitempty"`
-	Receipts       uint64     `json:"receipts"`
-	Countersigned  uint64     `json:"countersigned"`
-	Cumulative     string     `json:"cumulative"`
-	Note           string     `json:"note,omitempty"`
+	// PreemptAt is when a preempted spot lease ends (its notice's end).
+	PreemptAt     *time.Time `json:"preempt_at,omitempty"`
+	Receipts      uint64     `json:"receipts"`
+	Countersigned uint64     `json:"countersigned"`
+	Cumulative    string     `json:"cumulative"`
+	Note          string     `json:"note,omitempty"`
 }
 
 func (r *leaseRun) view() LeaseView {
@@ -923,6 +937,10 @@ func (r *leaseRun) view() LeaseView {
 	}
 	if w := r.rec.Workload; w != nil {
 		v.Image = w.Image
+	}
+	if !r.rec.PreemptAt.IsZero() {
+		p := r.rec.PreemptAt.UTC()
+		v.PreemptAt = &p
 	}
 	if i := r.rec.Info; i != nil {
 		v.Image = cmpOr(v.Image, i.Image)

@@ -50,8 +50,11 @@ type options struct {
 	docker      *DockerConfig
 	processUser string
 	perGPU      perGPU
-	unpaidGrace time.Duration
-	withhold    bool
+	// Preemption (see preempt.go).
+	preemptNotice time.Duration
+	preemptMargin *int64
+	unpaidGrace   time.Duration
+	withhold      bool
 }
 
 // WithRepo sets the repo directory. Required.
@@ -235,6 +238,8 @@ type Node struct {
 	attest          *attestState  // see attest.go
 	leases          *leaseManager // see lease.go
 	perGPU          perGPU        // what each GPU is sold with (see WithResourcesPerGPU)
+	preemptNotice   time.Duration // spot leases' notice before preemption
+	preemptMargin   int64         // basis points a spot trade must pay more to preempt
 
 	telHist telemetryHistory // GPU samples over time; see history.go
 }
@@ -284,8 +289,12 @@ func New(opts ...Option) (_ *Node, err error) {
 	n := &Node{
 		lock: lock,
 		repo: o.repo, now: o.now, offerTTL: o.offerTTL, billingInterval: o.billing, perGPU: o.perGPU,
+		preemptNotice: cmpOrDuration(o.preemptNotice, market.PreemptionNotice), preemptMargin: market.DefaultPreemptMarginBP,
 		log:   o.logger.With("node", filepath.Base(o.repo)),
 		books: newBooks(), own: map[string]*ownOrder{}, pending: map[string]uint32{}, offerCache: map[peer.ID]*proto.Offer{},
+	}
+	if o.preemptMargin != nil {
+		n.preemptMargin = *o.preemptMargin
 	}
 	defer func() {
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -141,7 +142,7 @@ func (s *store) putLease(l *proto.Lease) error {
 
 // reserveGPUs marks GPUs as held by a lease until end, in one transaction:
 // if any is already held by another live lease, none is reserved.
-func (s *store) reserveGPUs(uuids []string, lease string, end time.Time) error {
+func (s *store) reserveGPUs(uuids []string, lease string, end time.Time, over ...string) error {
 	now := time.Now().UnixMilli()
 	err := s.db.Update(func(txn *badger.Txn) error {
 		for _, u := range uuids {
@@ -155,7 +156,7 @@ func (s *store) reserveGPUs(uuids []string, lease string, end time.Time) error {
 				}); err != nil {
 					return err
 				}
-				if until > now && held != lease {
+				if until > now && held != lease && !slices.Contains(over, held) {
 					return fmt.Errorf("node: GPU %s is leased (%s)", u, held)
 				}
 			} else if !errors.Is(err, badger.ErrKeyNotFound) {

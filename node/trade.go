@@ -39,6 +39,8 @@ type ownOrder struct {
 	fills    []TradeView
 	err      string
 	workload WorkloadSpec // bids: what the buyer asks the provider to run
+	req      OrderRequest // as placed, for re-queueing (bids asking for it)
+	requeue  bool
 }
 
 // OrderRequest is a new bid or ask. Prices are decimals in Currency.
@@ -57,6 +59,9 @@ type OrderRequest struct {
 	PostOnly    bool   `json:"post_only,omitempty"`
 	AllOrNone   bool   `json:"all_or_none,omitempty"`
 	ClientKey   string `json:"client_key,omitempty"`
+	// Requeue, for a spot bid: when its lease is preempted, the bid goes
+	// back on the book for the rest of its duration.
+	Requeue bool `json:"requeue,omitempty"`
 	// Bid constraints.
 	Regions        []string `json:"regions,omitempty"`
 	MinAttestation string   `json:"min_attestation,omitempty"`
@@ -209,8 +214,18 @@ func (n *Node) buildOrder(req OrderRequest) (*market.Order, *proto.Order, error)
 		if err != nil {
 			return nil, nil, err
 		}
-		if uint32(len(free)) < o.Quantity {
-			return nil, nil, badRequest("ask for %d GPUs in %s, %d free", o.Quantity, o.Market, len(free))
+		avail := len(free)
+		if !o.LeaseType.Interruptible() {
+			// An on-demand or reserved ask may sell GPUs that spot leases
+			// hold: a take of it preempts them (preempt.go).
+			for _, p := range n.preemptible(o.Market) {
+				if p.Type.Interruptible() {
+					avail += len(p.GPUs)
+				}
+			}
+		}
+		if uint32(avail) < o.Quantity {
+			return nil, nil, badRequest("ask for %d GPUs in %s, %d free", o.Quantity, o.Market, avail)
 		}
 		if err := n.askFacts(context.Background(), o, po.OfferSeq); err != nil {
 			return nil, nil, badRequest("%v", err)
@@ -271,7 +286,7 @@ func (n *Node) PlaceOrder(ctx context.Context, req OrderRequest) (OrderView, err
 			}
 		}
 	}
-	n.own[o.ID] = &ownOrder{order: *o, env: env, status: "taking", workload: req.workload()}
+	n.own[o.ID] = &ownOrder{order: *o, env: env, status: "taking", workload: req.workload(), req: req, requeue: req.Requeue}
 	n.ownMu.Unlock()
 
 	// Take what crosses first; only then rest the remainder, so no other
@@ -566,6 +581,7 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 		return reject("the orders do not match (%v)", err)
 	}
 
+	var victims []market.Preemptible // spot leases this trade preempts
 	lease := &proto.Lease{
 		Id: takeID, Market: take.Market, PriceMicros: take.PriceMicros, Currency: take.Currency,
 		LeaseType: take.LeaseType, DurationS: take.DurationS, StartUnixMs: now.UnixMilli(),
@@ -574,16 +590,27 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 	if mine.Side == market.Ask {
 		lease.Provider, lease.Buyer = []byte(n.host.ID()), []byte(from)
 		lease.LeaseType = p2p.LeaseTypeToProto(mine.LeaseType)
+		if mine.LeaseType.Interruptible() {
+			lease.PreemptionNoticeS = int64(n.preemptNotice / time.Second)
+		}
 		free, err := n.freeGPUs(take.Market)
 		if err != nil {
 			return reject("%v", err)
 		}
+		gpus := free
 		if uint32(len(free)) < take.Quantity {
-			return reject("only %d GPUs free", len(free))
+			var ok bool
+			victims, gpus, ok = market.ChoosePreempted(n.preemptible(take.Market), free, int(take.Quantity), mine.LeaseType, take.PriceMicros, n.preemptMargin)
+			if !ok {
+				return reject("only %d GPUs free", len(free))
+			}
+			// The GPUs come free when the victims' notice runs out: the
+			// lease starts then.
+			lease.StartUnixMs = n.preemptionEnd(victims, now).UnixMilli()
 		}
-		lease.Gpus = free[:take.Quantity]
-		end := now.Add(time.Duration(take.DurationS)*time.Second + time.Minute)
-		if err := n.store.reserveGPUs(lease.Gpus, takeID, end); err != nil {
+		lease.Gpus = gpus[:take.Quantity]
+		end := time.UnixMilli(lease.StartUnixMs).Add(time.Duration(take.DurationS)*time.Second + time.Minute)
+		if err := n.store.reserveGPUs(lease.Gpus, takeID, end, victimIDs(victims)...); err != nil {
 			return reject("reserving GPUs: %v", err)
 		}
 	} else {
@@ -606,7 +633,7 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 		}
 	}
 	if time.Since(received) > acceptWindow {
-		n.store.releaseGPUs(lease.Gpus, takeID)
+		n.unreserve(lease.Gpus, takeID, victims)
 		return reject("take took too long to process")
 	}
 	acc := &proto.Accept{Maker: []byte(n.host.ID()), TakeId: takeID, Lease: lease, CreatedUnixMs: now.UnixMilli()}
@@ -617,14 +644,15 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 	fill := &proto.Fill{Take: takeEnv, Accept: accEnv}
 	ev, err := p2p.OpenFill(fill, now)
 	if err != nil {
-		n.store.releaseGPUs(lease.Gpus, takeID)
+		n.unreserve(lease.Gpus, takeID, victims)
 		return reject("fill: %v", err)
 	}
 	if err := n.store.putLease(lease); err != nil {
-		n.store.releaseGPUs(lease.Gpus, takeID)
+		n.unreserve(lease.Gpus, takeID, victims)
 		return reject("storing lease: %v", err)
 	}
 	n.applyFill(ev)
+	n.preempt(victims, takeID, now)
 	go func() {
 		pctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
 		defer cancel()

@@ -279,6 +279,15 @@ func (n *Node) handleExec(ctx context.Context, from peer.ID, body []byte, out *p
 	n.putRecordLocked(r)
 	r.mu.Unlock()
 
+	if wait := time.UnixMilli(r.terms.StartUnixMs).Sub(n.now()); wait > 0 {
+		// A lease agreed now for later (its GPUs freed by a preemption):
+		// its workload starts with it.
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
 	var run Execution
 	ex, ok := n.leases.executors[name]
 	if !ok {
@@ -403,7 +412,9 @@ func (n *Node) watchWorkload(r *leaseRun, run Execution) ExitResult {
 	}
 	r.rec.Exit, r.rec.Info = &res, &info
 	var note string
-	ended := r.ml.State == market.LeaseRunning
+	// A preempted lease's workload was told to stop; the lease ends at
+	// its notice's end all the same.
+	ended := r.ml.State == market.LeaseRunning && r.rec.PreemptAt.IsZero()
 	if ended {
 		note = exitNote(res)
 		n.endLocked(r, market.CloseExited, n.now(), note)

@@ -42,6 +42,7 @@ const (
 	FrameStderr      byte = 'e'
 	FrameExit        byte = 'x' // exit status (JSON, see node)
 	FrameStarted     byte = 's' // the workload runs: what it is and where to reach it (JSON, see node)
+	FramePreempt     byte = 'N' // sealed proto.Preemption: a spot lease is interrupted
 )
 
 // MaxFrameSize bounds one frame's body.

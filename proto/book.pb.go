@@ -644,8 +644,11 @@ type Lease struct {
 	BillingIntervalS int64                  `protobuf:"varint,9,opt,name=billing_interval_s,json=billingIntervalS,proto3" json:"billing_interval_s,omitempty"`
 	StartUnixMs      int64                  `protobuf:"varint,10,opt,name=start_unix_ms,json=startUnixMs,proto3" json:"start_unix_ms,omitempty"`
 	Market           string                 `protobuf:"bytes,11,opt,name=market,proto3" json:"market,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// preemption_notice_s is, for a spot lease, how long before an
+	// interruption the provider must give notice (0: the default, 30 s).
+	PreemptionNoticeS int64 `protobuf:"varint,12,opt,name=preemption_notice_s,json=preemptionNoticeS,proto3" json:"preemption_notice_s,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Lease) Reset() {
@@ -753,6 +756,13 @@ func (x *Lease) GetMarket() string {
 		return x.Market
 	}
 	return ""
+}
+
+func (x *Lease) GetPreemptionNoticeS() int64 {
+	if x != nil {
+		return x.PreemptionNoticeS
+	}
+	return 0
 }
 
 // Accept is the maker's signed yes to a Take, carrying the lease terms.
@@ -1268,7 +1278,7 @@ const file_book_proto_rawDesc = "" +
 	"duration_s\x18\t \x01(\x03R\tdurationS\x12&\n" +
 	"\x0fcreated_unix_ms\x18\n" +
 	" \x01(\x03R\rcreatedUnixMs\x12\x12\n" +
-	"\x04gpus\x18\v \x03(\tR\x04gpus\"\xda\x02\n" +
+	"\x04gpus\x18\v \x03(\tR\x04gpus\"\x8a\x03\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\fR\bprovider\x12\x14\n" +
@@ -1283,7 +1293,8 @@ const file_book_proto_rawDesc = "" +
 	"\x12billing_interval_s\x18\t \x01(\x03R\x10billingIntervalS\x12\"\n" +
 	"\rstart_unix_ms\x18\n" +
 	" \x01(\x03R\vstartUnixMs\x12\x16\n" +
-	"\x06market\x18\v \x01(\tR\x06market\"\x87\x01\n" +
+	"\x06market\x18\v \x01(\tR\x06market\x12.\n" +
+	"\x13preemption_notice_s\x18\f \x01(\x03R\x11preemptionNoticeS\"\x87\x01\n" +
 	"\x06Accept\x12\x14\n" +
 	"\x05maker\x18\x01 \x01(\fR\x05maker\x12\x17\n" +
 	"\atake_id\x18\x02 \x01(\tR\x06takeId\x12&\n" +

@@ -549,6 +549,85 @@ func (x *ReceiptChain) GetReceipts() []*SignedReceipt {
 	return nil
 }
 
+// Preemption is a provider's signed notice that it interrupts a spot lease
+// (for a higher-priority trade): the lease ends at ends_unix_ms, at least
+// the lease's notice period after created_unix_ms, with reason preempted.
+type Preemption struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LeaseId       string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	Provider      []byte                 `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
+	CreatedUnixMs int64                  `protobuf:"varint,3,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
+	EndsUnixMs    int64                  `protobuf:"varint,4,opt,name=ends_unix_ms,json=endsUnixMs,proto3" json:"ends_unix_ms,omitempty"`
+	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Preemption) Reset() {
+	*x = Preemption{}
+	mi := &file_receipt_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Preemption) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Preemption) ProtoMessage() {}
+
+func (x *Preemption) ProtoReflect() protoreflect.Message {
+	mi := &file_receipt_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Preemption.ProtoReflect.Descriptor instead.
+func (*Preemption) Descriptor() ([]byte, []int) {
+	return file_receipt_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Preemption) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *Preemption) GetProvider() []byte {
+	if x != nil {
+		return x.Provider
+	}
+	return nil
+}
+
+func (x *Preemption) GetCreatedUnixMs() int64 {
+	if x != nil {
+		return x.CreatedUnixMs
+	}
+	return 0
+}
+
+func (x *Preemption) GetEndsUnixMs() int64 {
+	if x != nil {
+		return x.EndsUnixMs
+	}
+	return 0
+}
+
+func (x *Preemption) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 var File_receipt_proto protoreflect.FileDescriptor
 
 const file_receipt_proto_rawDesc = "" +
@@ -594,7 +673,15 @@ const file_receipt_proto_rawDesc = "" +
 	"\treference\x18\a \x01(\tR\treference\"Z\n" +
 	"\fReceiptChain\x12\x14\n" +
 	"\x05lease\x18\x01 \x01(\fR\x05lease\x124\n" +
-	"\breceipts\x18\x02 \x03(\v2\x18.suanli.v1.SignedReceiptR\breceiptsB Z\x1egithub.com/suanli/suanli/protob\x06proto3"
+	"\breceipts\x18\x02 \x03(\v2\x18.suanli.v1.SignedReceiptR\breceipts\"\xa5\x01\n" +
+	"\n" +
+	"Preemption\x12\x19\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x1a\n" +
+	"\bprovider\x18\x02 \x01(\fR\bprovider\x12&\n" +
+	"\x0fcreated_unix_ms\x18\x03 \x01(\x03R\rcreatedUnixMs\x12 \n" +
+	"\fends_unix_ms\x18\x04 \x01(\x03R\n" +
+	"endsUnixMs\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reasonB Z\x1egithub.com/suanli/suanli/protob\x06proto3"
 
 var (
 	file_receipt_proto_rawDescOnce sync.Once
@@ -608,7 +695,7 @@ func file_receipt_proto_rawDescGZIP() []byte {
 	return file_receipt_proto_rawDescData
 }
 
-var file_receipt_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_receipt_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_receipt_proto_goTypes = []any{
 	(*Receipt)(nil),       // 0: suanli.v1.Receipt
 	(*GPUUsage)(nil),      // 1: suanli.v1.GPUUsage
@@ -616,6 +703,7 @@ var file_receipt_proto_goTypes = []any{
 	(*SignedReceipt)(nil), // 3: suanli.v1.SignedReceipt
 	(*PaymentAck)(nil),    // 4: suanli.v1.PaymentAck
 	(*ReceiptChain)(nil),  // 5: suanli.v1.ReceiptChain
+	(*Preemption)(nil),    // 6: suanli.v1.Preemption
 }
 var file_receipt_proto_depIdxs = []int32{
 	1, // 0: suanli.v1.Receipt.usage:type_name -> suanli.v1.GPUUsage
@@ -638,7 +726,7 @@ func file_receipt_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_receipt_proto_rawDesc), len(file_receipt_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

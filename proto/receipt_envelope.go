@@ -13,6 +13,7 @@ const (
 	ReceiptDomain     = "suanli-receipt"
 	CountersignDomain = "suanli-countersign"
 	PaymentAckDomain  = "suanli-payment-ack"
+	PreemptionDomain  = "suanli-preemption"
 )
 
 // Payload types of lease settlement, one per kind.
@@ -20,6 +21,7 @@ var (
 	ReceiptCodec     = []byte("/suanli/receipt/1")
 	CountersignCodec = []byte("/suanli/countersign/1")
 	PaymentAckCodec  = []byte("/suanli/payment-ack/1")
+	PreemptionCodec  = []byte("/suanli/preemption/1")
 )
 
 // MaxReceiptSize bounds a sealed Receipt, Countersign or PaymentAck; larger
@@ -36,11 +38,14 @@ func (*Countersign) EnvelopeDomain() string { return CountersignDomain }
 func (*Countersign) EnvelopeCodec() []byte  { return CountersignCodec }
 func (*PaymentAck) EnvelopeDomain() string  { return PaymentAckDomain }
 func (*PaymentAck) EnvelopeCodec() []byte   { return PaymentAckCodec }
+func (*Preemption) EnvelopeDomain() string  { return PreemptionDomain }
+func (*Preemption) EnvelopeCodec() []byte   { return PreemptionCodec }
 
 func init() {
 	record.RegisterType(&Record[*Receipt]{})
 	record.RegisterType(&Record[*Countersign]{})
 	record.RegisterType(&Record[*PaymentAck]{})
+	record.RegisterType(&Record[*Preemption]{})
 }
 
 // ReceiptHash names a receipt: SHA-256 of its sealed envelope bytes, exactly

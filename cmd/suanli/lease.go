@@ -48,7 +48,11 @@ func cmdLeases(e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "%-14s %-8s %-9s %-16s %4s %10s %8s %12s\n", "LEASE", "ROLE", "STATE", "REASON", "GPUS", "PRICE", "RECEIPTS", "OWED")
 	for _, l := range ls {
-		fmt.Fprintf(e.stdout, "%-14s %-8s %-9s %-16s %4d %10s %8d %12s\n", short(l.ID), l.Role, l.State, l.Reason, len(l.GPUs),
+		reason := l.Reason
+		if l.PreemptAt != nil && l.State != "closed" {
+			reason = "preempt@" + l.PreemptAt.Format("15:04:05")
+		}
+		fmt.Fprintf(e.stdout, "%-14s %-8s %-9s %-16s %4d %10s %8d %12s\n", short(l.ID), l.Role, l.State, reason, len(l.GPUs),
 			l.Price+" "+l.Currency, l.Countersigned, l.Cumulative)
 	}
 	return nil
@@ -327,7 +331,7 @@ func followLeases(ctx context.Context, e *env, c *node.Client, o node.OrderView)
 		if t.Lease == "" {
 			continue
 		}
-		shown, state, eps := 0, "", 0
+		shown, state, eps, noticed := 0, "", 0, false
 		for {
 			qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			l, err := c.Lease(qctx, t.Lease)
@@ -345,6 +349,10 @@ func followLeases(ctx context.Context, e *env, c *node.Client, o node.OrderView)
 			if l.State != state {
 				state = l.State
 				fmt.Fprintf(e.stdout, "lease %s: %s %s\n", short(l.ID), l.State, l.Reason)
+			}
+			if l.PreemptAt != nil && !noticed {
+				noticed = true
+				fmt.Fprintf(e.stdout, "lease %s: preemption notice, ends at %s\n", short(l.ID), l.PreemptAt.Format(time.RFC3339))
 			}
 			for ; eps < len(l.Endpoints); eps++ {
 				ep := l.Endpoints[eps]

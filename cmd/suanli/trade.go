@@ -98,6 +98,7 @@ func cmdBid(e *env, args []string) error {
 	wait := fs.Bool("wait", false, "wait and show progress: resting → matched → lease → receipts")
 	var wf workloadFlags
 	wf.register(fs)
+	requeue := fs.Bool("requeue", false, "spot: when the lease is preempted, put the bid back on the book for the rest of its duration")
 	var command []string
 	if i := slices.Index(args, "--"); i >= 0 {
 		command, args = args[i+1:], args[:i]
@@ -108,6 +109,7 @@ func cmdBid(e *env, args []string) error {
 	if err := wf.apply(&f.req, command); err != nil {
 		return err
 	}
+	f.req.Requeue = *requeue
 	if err := f.check(); err != nil {
 		return err
 	}

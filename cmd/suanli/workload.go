@@ -22,6 +22,8 @@ type execFlags struct {
 	processUser                 string
 	vcpus                       string
 	ramGiB, diskGiB             uint64
+	notice                      time.Duration
+	margin                      int64
 }
 
 func (f *execFlags) register(fs *flag.FlagSet) {
@@ -36,6 +38,8 @@ func (f *execFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.vcpus, "vcpus-per-gpu", "", "vCPUs sold with each GPU, a `decimal` (default: the host's cores shared out)")
 	fs.Uint64Var(&f.ramGiB, "ram-per-gpu", 0, "RAM in `GiB` sold with each GPU (default: the host's memory shared out)")
 	fs.Uint64Var(&f.diskGiB, "disk-per-gpu", 0, "scratch disk in `GiB` sold with each GPU (default: not stated)")
+	fs.DurationVar(&f.notice, "preemption-notice", 0, "notice spot leases get before a preemption (default 30s)")
+	fs.Int64Var(&f.margin, "preempt-margin", -1, "basis points more a spot trade must pay per GPU-hour to preempt a spot lease (default 2000)")
 }
 
 // options turns the flags into node options; sim tells whether the GPUs
@@ -69,6 +73,15 @@ func (f *execFlags) options(sim bool) ([]node.Option, error) {
 	}
 	if f.processUser != "" {
 		opts = append(opts, node.WithProcessUser(f.processUser))
+	}
+	if f.notice != 0 {
+		if f.notice < time.Second || f.notice > time.Hour {
+			return nil, fmt.Errorf("%w: --preemption-notice %s: want 1s..1h", errUsage, f.notice)
+		}
+		opts = append(opts, node.WithPreemptionNotice(f.notice))
+	}
+	if f.margin >= 0 {
+		opts = append(opts, node.WithPreemptMargin(f.margin))
 	}
 	if f.vcpus != "" || f.ramGiB > 0 || f.diskGiB > 0 {
 		var milli int64
@@ -183,6 +196,9 @@ func printWorkload(e *env, l node.LeaseView) {
 			oom = " (OOM-killed)"
 		}
 		fmt.Fprintf(e.stdout, "  exit code %d%s %s %s\n", l.Exit.Code, oom, l.Exit.Signal, l.Exit.Error)
+	}
+	if l.PreemptAt != nil {
+		fmt.Fprintf(e.stdout, "  preempted: ends at %s\n", l.PreemptAt.Format(time.RFC3339))
 	}
 	if l.Note != "" {
 		fmt.Fprintf(e.stdout, "  note %s\n", l.Note)

@@ -1,0 +1,89 @@
+package market
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/suanli/suanli/proto"
+)
+
+func TestChoosePreempted(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	running := []Preemptible{
+		{ID: "cheap-old", GPUs: []string{"g1", "g2"}, Price: 1_000_000, Type: Spot, Since: t0},
+		{ID: "cheap-new", GPUs: []string{"g3", "g4"}, Price: 1_000_000, Type: Spot, Since: t0.Add(time.Hour)},
+		{ID: "dear", GPUs: []string{"g5", "g6"}, Price: 2_000_000, Type: Spot, Since: t0},
+		{ID: "od", GPUs: []string{"g7", "g8"}, Price: 500_000, Type: OnDemand, Since: t0},
+	}
+	tests := []struct {
+		name    string
+		free    []string
+		need    int
+		t       LeaseType
+		price   int64
+		victims []string
+		ok      bool
+	}{
+		{"free enough", []string{"f1", "f2"}, 2, OnDemand, 1, nil, true},
+		{"on-demand takes the newest of the cheapest", nil, 2, OnDemand, 1, []string{"cheap-new"}, true},
+		{"reserved takes as many as it needs", []string{"f1"}, 5, Reserved, 1, []string{"cheap-new", "cheap-old"}, true},
+		{"never an on-demand lease", nil, 8, OnDemand, 1, nil, false},
+		{"spot below the margin preempts nothing", nil, 2, Spot, 1_100_000, nil, false},
+		{"spot over the margin takes the cheap", nil, 2, Spot, 1_200_000, []string{"cheap-new"}, true},
+		{"spot over the margin of the cheap only", nil, 6, Spot, 1_200_000, nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			vs, gpus, ok := ChoosePreempted(running, tt.free, tt.need, tt.t, tt.price, DefaultPreemptMarginBP)
+			var ids []string
+			for _, v := range vs {
+				ids = append(ids, v.ID)
+			}
+			if ok != tt.ok || !slices.Equal(ids, tt.victims) {
+				t.Fatalf("ChoosePreempted = %v, %v, want %v, %v", ids, ok, tt.victims, tt.ok)
+			}
+			if ok && len(gpus) != tt.need {
+				t.Errorf("got %d GPUs, want %d", len(gpus), tt.need)
+			}
+			if ok && len(tt.free) > 0 && gpus[0] != tt.free[0] {
+				t.Errorf("GPUs %v do not use the free ones first", gpus)
+			}
+		})
+	}
+}
+
+func TestCheckPreemption(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	terms := &proto.Lease{Id: "L", Provider: []byte("prov"), Buyer: []byte("buyer"), LeaseType: proto.LeaseType_LEASE_TYPE_SPOT, PreemptionNoticeS: 5}
+	good := func() *proto.Preemption {
+		return &proto.Preemption{LeaseId: "L", Provider: []byte("prov"), CreatedUnixMs: now.UnixMilli(), EndsUnixMs: now.Add(5 * time.Second).UnixMilli()}
+	}
+	if err := CheckPreemption(terms, good(), []byte("prov"), now); err != nil {
+		t.Fatalf("CheckPreemption(good) = %v", err)
+	}
+	onDemand := &proto.Lease{Id: "L", Provider: []byte("prov"), LeaseType: proto.LeaseType_LEASE_TYPE_ON_DEMAND}
+	for name, c := range map[string]struct {
+		terms  *proto.Lease
+		p      func(*proto.Preemption)
+		signer string
+	}{
+		"signed by the buyer": {terms, func(*proto.Preemption) {}, "buyer"},
+		"naming another":      {terms, func(p *proto.Preemption) { p.Provider = []byte("other") }, "prov"},
+		"another lease":       {terms, func(p *proto.Preemption) { p.LeaseId = "M" }, "prov"},
+		"on-demand lease":     {onDemand, func(*proto.Preemption) {}, "prov"},
+		"short notice":        {terms, func(p *proto.Preemption) { p.EndsUnixMs = now.Add(time.Second).UnixMilli() }, "prov"},
+		"from the future":     {terms, func(p *proto.Preemption) { p.CreatedUnixMs = now.Add(time.Hour).UnixMilli() }, "prov"},
+		"stale":               {terms, func(p *proto.Preemption) { p.CreatedUnixMs = now.Add(-time.Hour).UnixMilli() }, "prov"},
+	} {
+		p := good()
+		c.p(p)
+		if err := CheckPreemption(c.terms, p, []byte(c.signer), now); !errors.Is(err, ErrPreemption) {
+			t.Errorf("%s: CheckPreemption = %v, want ErrPreemption", name, err)
+		}
+	}
+	if LeaseNotice(&proto.Lease{}) != PreemptionNotice || LeaseNotice(terms) != 5*time.Second {
+		t.Error("LeaseNotice does not follow the terms")
+	}
+}
