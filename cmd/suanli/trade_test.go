@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -117,5 +118,71 @@ func TestDaemonBidRestsWhy(t *testing.T) {
 	}
 	if o.Status != "resting" || reasons["min-duration"] != 1 {
 		t.Errorf("bid --json = %s; want resting with one ask passed over for min-duration", out)
+	}
+}
+
+// TestDaemonPreemption is the lease-products issue's "done when" for spot:
+// daemons billing every second; a spot lease on all 8 GPUs is preempted by
+// an on-demand bid with a 5 s notice, and both sides record preempted with
+// identical receipt chains.
+func TestDaemonPreemption(t *testing.T) {
+	t.Parallel()
+	k := startPair(t, "--preemption-notice", "5s")
+	repoO := t.TempDir()
+	startDaemon(t, repoO, "--no-gpu", "--bootstrap", k.addrP, "--billing-interval", "1s")
+	// Spot asks and bids until all 8 GPUs are in spot leases.
+	poll(t, "all 8 GPUs in spot leases", func() (bool, string) {
+		_, out, _ := runCLI(t, "--repo", k.repoP, "leases", "--json")
+		var ls []node.LeaseView
+		json.Unmarshal([]byte(out), &ls)
+		held := 0
+		for _, l := range ls {
+			if l.State == "running" {
+				held += len(l.GPUs)
+			}
+		}
+		if held == 8 {
+			return true, out
+		}
+		n := fmt.Sprint(8 - held)
+		runCLI(t, "--repo", k.repoP, "ask", "--gpu", h100Market, "--count", n, "--price", "2.40", "--min-duration", "1s")
+		runCLI(t, "--repo", k.repoB, "bid", "--gpu", h100Market, "--count", n, "--price", "2.50", "--duration", "60s", "--ioc")
+		return false, out
+	})
+	poll(t, "an on-demand ask", func() (bool, string) {
+		code, out, errOut := runCLI(t, "--repo", k.repoP, "ask", "--gpu", h100Market, "--count", "2", "--price", "2.90", "--type", "on-demand", "--min-duration", "1s")
+		return code == 0, out + errOut
+	})
+	poll(t, "the on-demand bid to fill", func() (bool, string) {
+		code, out, errOut := runCLI(t, "--repo", repoO, "bid", "--gpu", h100Market, "--count", "2", "--price", "3.00", "--type", "on-demand", "--duration", "5s", "--ioc")
+		return code == 0 && strings.Contains(out, "filled"), out + errOut
+	})
+	var l node.LeaseView
+	poll(t, "the spot buyer to see a notice", func() (bool, string) {
+		code, out, errOut := runCLI(t, "--repo", k.repoB, "leases", "--json")
+		var ls []node.LeaseView
+		if code != 0 || json.Unmarshal([]byte(out), &ls) != nil {
+			return false, out + errOut
+		}
+		for _, x := range ls {
+			if x.PreemptAt != nil {
+				l = x
+				return true, out
+			}
+		}
+		return false, out
+	})
+	k.lease = l.ID
+	lp := k.waitClosed(t, k.repoP)
+	lb := k.waitClosed(t, k.repoB)
+	if lp.Reason != "preempted" || lb.Reason != "preempted" {
+		t.Errorf("reasons = %q (provider), %q (buyer); want preempted", lp.Reason, lb.Reason)
+	}
+	if lb.ClosedAt == nil || !lb.ClosedAt.Equal(*l.PreemptAt) {
+		t.Errorf("closed at %v, want the notice's end %v", lb.ClosedAt, l.PreemptAt)
+	}
+	chain := k.chainsAgree(t)
+	if last := chain[len(chain)-1]; !last.WindowEnd.Equal(*l.PreemptAt) {
+		t.Errorf("billed until %s, want the notice's end %s", last.WindowEnd, l.PreemptAt)
 	}
 }
