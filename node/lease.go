@@ -339,6 +339,7 @@ func (n *Node) leaseFromFill(ev *p2p.BookEvent) {
 	if role == market.RoleProvider {
 		r.exec, _ = ReserveExecutor{}.Start(n.ctx, Workload{LeaseID: terms.Id, GPUs: terms.Gpus})
 		r.rec.Executor, r.rec.HeldSince = ExecReserve, terms.StartUnixMs
+		n.capacityChanged()
 	}
 	if now := n.now(); now.After(start) {
 		start = now
@@ -433,6 +434,7 @@ func (n *Node) leaseUnsettled(r *leaseRun, now time.Time) bool {
 func (n *Node) providerStep(r *leaseRun) bool {
 	n.sample(r)
 	now := n.now()
+	others, limited := n.creditOthers(r, now) // credit.go
 	r.mu.Lock()
 	var notify market.CloseReason
 	switch {
@@ -440,6 +442,10 @@ func (n *Node) providerStep(r *leaseRun) bool {
 		n.endLocked(r, market.CloseCompleted, now, "")
 	case r.ml.State == market.LeaseRunning && r.ml.Unpaid(now, n.grace(r.terms)):
 		n.endLocked(r, market.CloseUnpaid, now, "buyer did not countersign within the grace")
+		notify = market.CloseUnpaid
+	}
+	if note, over := n.overCreditLocked(others, limited, r, now); over {
+		n.endLocked(r, market.CloseUnpaid, r.billedTo(), note)
 		notify = market.CloseUnpaid
 	}
 	for {
@@ -450,6 +456,10 @@ func (n *Node) providerStep(r *leaseRun) bool {
 		if err := n.billLocked(r, w, now); err != nil {
 			n.log.Error("billing failed", "lease", r.id, "err", err)
 			break
+		}
+		if note, over := n.overCreditLocked(others, limited, r, now); over {
+			n.endLocked(r, market.CloseUnpaid, w.End, note)
+			notify = market.CloseUnpaid
 		}
 	}
 	closedAt := r.ml.ClosedAt
@@ -488,6 +498,7 @@ func (n *Node) endLocked(r *leaseRun, reason market.CloseReason, at time.Time, n
 	}
 	if r.rec.Role == market.RoleProvider {
 		n.store.releaseGPUs(r.terms.Gpus, r.id)
+		n.leaseEnded() // capacity.go
 	}
 	n.log.Info("lease closed", "lease", r.id, "reason", reason, "role", r.rec.Role)
 }

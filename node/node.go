@@ -49,6 +49,9 @@ type options struct {
 	executors   []string
 	unpaidGrace time.Duration
 	withhold    bool
+	// Credit limits (see credit.go).
+	creditLimit    string // decimal, or "none"
+	creditCurrency string
 }
 
 // WithRepo sets the repo directory. Required.
@@ -231,6 +234,10 @@ type Node struct {
 	offerCache      map[peer.ID]*proto.Offer
 	attest          *attestState  // see attest.go
 	leases          *leaseManager // see lease.go
+	publishMu       sync.Mutex    // one Publish at a time
+	republish       chan struct{} // capacity changed: publish now (see capacity.go)
+	credit          creditPolicy  // see credit.go
+	standing        standingAsks  // see replenish.go
 }
 
 var _ API = (*Node)(nil)
@@ -280,6 +287,7 @@ func New(opts ...Option) (_ *Node, err error) {
 		repo: o.repo, now: o.now, offerTTL: o.offerTTL, billingInterval: o.billing,
 		log:   o.logger.With("node", filepath.Base(o.repo)),
 		books: newBooks(), own: map[string]*ownOrder{}, pending: map[string]uint32{}, offerCache: map[peer.ID]*proto.Offer{},
+		republish: make(chan struct{}, 1),
 	}
 	defer func() {
 		if err != nil {
@@ -306,6 +314,9 @@ func New(opts ...Option) (_ *Node, err error) {
 	priceStr, cur := cmpOr(o.price, cfg.Price, "2.50"), cmpOr(o.currency, cfg.Currency, "USD")
 	if n.price, err = market.ParseMoney(priceStr, cur); err != nil {
 		return nil, fmt.Errorf("node: price in config: %w", err)
+	}
+	if n.credit, err = newCreditPolicy(o, cfg, n.price.Currency); err != nil {
+		return nil, err
 	}
 	peers, err := parseBootstrap(bootstrap)
 	if err != nil {

@@ -39,6 +39,7 @@ type ownOrder struct {
 	fills  []TradeView
 	err    string
 	exec   []string // bids: the buyer's command for the process executor
+	stand  string   // the standing ask it was placed for (replenish.go)
 }
 
 // OrderRequest is a new bid or ask. Prices are decimals in Currency.
@@ -64,6 +65,9 @@ type OrderRequest struct {
 	// Exec is a bid's command, run by the provider's process executor
 	// on the leased GPUs (see Executor); empty: the GPUs are reserved.
 	Exec []string `json:"exec,omitempty"`
+	// Replenish makes an ask a standing one: GPUs freed at the end of its
+	// leases go back on the book (see replenish.go).
+	Replenish bool `json:"replenish,omitempty"`
 }
 
 // OrderView is an order of this node and its trades.
@@ -80,6 +84,9 @@ type OrderView struct {
 	Expires   time.Time   `json:"expires"`
 	Fills     []TradeView `json:"fills"`
 	Error     string      `json:"error,omitempty"`
+	// Standing is the standing ask (its first order's ID) this ask keeps
+	// on the book, when it is one (see replenish.go).
+	Standing string `json:"standing,omitempty"`
 }
 
 // TradeView is one fill.
@@ -206,6 +213,9 @@ func (n *Node) buildOrder(req OrderRequest) (*market.Order, *proto.Order, error)
 // whatever the order crosses in this node's replica (agreeing each trade
 // with its maker), and rests the rest on the book unless it is IOC.
 func (n *Node) PlaceOrder(ctx context.Context, req OrderRequest) (OrderView, error) {
+	if err := checkReplenish(req); err != nil {
+		return OrderView{}, err
+	}
 	if err := n.JoinMarket(ctx, req.Market); err != nil {
 		return OrderView{}, err
 	}
@@ -281,6 +291,9 @@ func (n *Node) PlaceOrder(ctx context.Context, req OrderRequest) (OrderView, err
 	n.ownMu.Unlock()
 	n.log.Info("order placed", "order", o.ID, "side", o.Side, "market", o.Market, "count", o.Quantity,
 		"price", market.FormatMicros(o.Price, o.Currency))
+	if req.Replenish {
+		n.standAsk(o.ID, req) // replenish.go
+	}
 	return n.Order(ctx, o.ID)
 }
 
@@ -335,6 +348,7 @@ func (n *Node) takeLoop(ctx context.Context, o *market.Order, env []byte) {
 		n.tradeMu.Unlock()
 		if err != nil {
 			n.log.Info("take failed; trying the next order", "maker", short(m.Maker), "order", m.OrderID, "err", err)
+			n.ownFailed(o.ID, err)
 			skip[m.OrderID] = true
 		}
 	}
@@ -378,6 +392,9 @@ func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.M
 		}
 		take.DurationS = int64(bid.Duration / time.Second)
 		take.LeaseType = p2p.LeaseTypeToProto(o.LeaseType)
+		if err := n.checkBidCredit(m.Maker, m.Quantity, m.Price, o.Currency, bid.Duration); err != nil {
+			return 0, err
+		}
 	}
 	var takeEnv []byte
 	var takeID string
@@ -548,6 +565,9 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 			return reject("only %d GPUs free", len(free))
 		}
 		lease.Gpus = free[:take.Quantity]
+		if err := n.checkCredit(lease, now); err != nil {
+			return reject("%v", err)
+		}
 		end := now.Add(time.Duration(take.DurationS)*time.Second + time.Minute)
 		if err := n.store.reserveGPUs(lease.Gpus, takeID, end); err != nil {
 			return reject("reserving GPUs: %v", err)
@@ -708,6 +728,7 @@ func (n *Node) orderView(oo *ownOrder) OrderView {
 		ID: o.ID, Side: o.Side.String(), Market: o.Market, Count: o.Quantity, Remaining: remaining,
 		Price: market.FormatMicros(o.Price, o.Currency), Currency: o.Currency, LeaseType: o.LeaseType.String(),
 		Status: status, Expires: o.Expires.UTC(), Fills: append([]TradeView{}, oo.fills...), Error: oo.err,
+		Standing: oo.stand,
 	}
 }
 
