@@ -243,6 +243,7 @@ func cmdDaemon(e *env, args []string) error {
 	passFile := fs.String("passphrase-file", "", "passphrase `file` for an encrypted key")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	billing := fs.Duration("billing-interval", 0, "meter leases and send receipts this often (default 1m)")
+	creditLimit := fs.String("credit-limit", "", "most a buyer may owe unpaid, a `decimal` in the price currency, or none (default from config: "+node.DefaultCreditLimit+")")
 	var executors listFlag
 	fs.Var(&executors, "executor", "allow an `executor` for leases: reserve, process (repeatable; default reserve)")
 	if err := parse(e, fs, args, 0); err != nil {
@@ -278,6 +279,9 @@ func cmdDaemon(e *env, args []string) error {
 	}
 	if *billing != 0 {
 		opts = append(opts, node.WithBillingInterval(*billing))
+	}
+	if *creditLimit != "" {
+		opts = append(opts, node.WithCreditLimit(*creditLimit, *currency))
 	}
 	if len(executors) > 0 {
 		opts = append(opts, node.WithExecutors(executors...))
