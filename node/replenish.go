@@ -2,16 +2,18 @@ package node
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/suanli/suanli/market"
 )
 
-// Standing asks. An ask placed with Replenish keeps its count on the book:
-// whenever GPUs are freed (a lease ends) or one of its orders expires, the
-// provider places a new ask, with the same terms, for what is free and not
-// already on the book, up to the standing ask's count. Cancelling any of
+// Standing asks. An ask placed with Replenish keeps selling its count of
+// GPUs: whenever GPUs it sold are freed (their lease ends) or one of its
+// orders expires, the provider places a new ask, with the same terms, for
+// what the standing ask has neither resting on the book nor leased out, as
+// far as GPUs are free and not on another of the provider's asks. Cancelling any of
 // its orders ends the standing ask. Standing asks live as long as the node
 // runs; a restarted daemon needs them placed again, as all its orders.
 
@@ -128,8 +130,9 @@ func (n *Node) replenish(ctx context.Context) {
 	}
 }
 
-// replenishOne places a new ask for what sa lacks on the book, as far as
-// GPUs are free and not promised to another of this node's resting asks.
+// replenishOne places a new ask for what sa has neither resting nor in a
+// lease not yet closed, as far as GPUs are free and not promised to
+// another of this node's resting asks.
 func (n *Node) replenishOne(ctx context.Context, sa *standingAsk) {
 	s := &n.standing
 	s.mu.Lock()
@@ -138,11 +141,13 @@ func (n *Node) replenishOne(ctx context.Context, sa *standingAsk) {
 	s.mu.Unlock()
 	now := n.now()
 	live := uint32(0)
+	over := map[string]bool{} // orders that no longer count: done, their leases closed
 	for _, id := range orders {
 		v, err := n.Order(ctx, id)
 		if err != nil {
 			continue
 		}
+		done := v.Status != "resting" && v.Status != "taking" || !v.Expires.After(now)
 		if v.Status == "cancelled" {
 			s.mu.Lock()
 			delete(s.asks, sa.id)
@@ -153,6 +158,21 @@ func (n *Node) replenishOne(ctx context.Context, sa *standingAsk) {
 		if v.Status == "resting" && v.Expires.After(now) {
 			live += v.Remaining
 		}
+		for _, f := range v.Fills {
+			// Sold and not yet back: a lease not closed (or not started).
+			if l, err := n.Lease(ctx, f.Lease); err != nil || l.State != market.LeaseClosed.String() {
+				live += f.Count
+				done = false
+			}
+		}
+		if done && id != sa.id {
+			over[id] = true
+		}
+	}
+	if len(over) > 0 {
+		s.mu.Lock()
+		sa.orders = slices.DeleteFunc(sa.orders, func(id string) bool { return over[id] })
+		s.mu.Unlock()
 	}
 	if live >= req.Count {
 		return
@@ -177,10 +197,6 @@ func (n *Node) replenishOne(ctx context.Context, sa *standingAsk) {
 	}
 	sa.err = ""
 	sa.orders = append(sa.orders, v.ID)
-	// Keep the list short: orders that are over no longer count.
-	if len(sa.orders) > 64 {
-		sa.orders = sa.orders[len(sa.orders)-64:]
-	}
 	n.markStanding(v.ID, sa.id)
 	n.log.Info("standing ask re-listed", "standing", sa.id, "order", v.ID, "count", want)
 }
