@@ -132,9 +132,10 @@ func (n *Node) checkCredit(terms *proto.Lease, now time.Time) error {
 	return nil
 }
 
-// checkBidCredit is checkCredit for a resting bid this provider is about
-// to take: count GPUs for d at price, billed as the offer says.
-func (n *Node) checkBidCredit(buyer string, count uint32, price int64, currency string, d time.Duration) error {
+// checkBidCredit is checkCredit for the resting bid bidID of buyer this
+// provider is about to take: count GPUs for d at price, billed as the
+// offer says.
+func (n *Node) checkBidCredit(bidID, buyer string, count uint32, price int64, currency string, d time.Duration) error {
 	b, err := peer.Decode(buyer)
 	if err != nil {
 		return err
@@ -144,7 +145,7 @@ func (n *Node) checkBidCredit(buyer string, count uint32, price int64, currency 
 		interval = t
 	}
 	now := n.now()
-	terms := &proto.Lease{Buyer: []byte(b), Gpus: make([]string, count), PriceMicros: price, Currency: currency,
+	terms := &proto.Lease{Id: bidID, Buyer: []byte(b), Gpus: make([]string, count), PriceMicros: price, Currency: currency,
 		DurationS: int64(d / time.Second), BillingIntervalS: interval, StartUnixMs: now.UnixMilli()}
 	return n.checkCredit(terms, now)
 }
@@ -217,4 +218,17 @@ func (n *Node) creditViews(buyer peer.ID, currencies []string) []CreditView {
 		out = append(out, CreditView{Currency: cur, Limit: f(c.Limit), Unpaid: f(c.Unpaid()), Available: f(c.Available()), AvailableMicros: c.Available()})
 	}
 	return out
+}
+
+// creditFreed retries this provider's resting orders in its markets after
+// a payment freed credit: an ask crossing a bid it refused to take while
+// the buyer was over its limit trades now.
+func (n *Node) creditFreed() {
+	seen := map[string]bool{}
+	for _, g := range n.Published().GetGpus() {
+		if !seen[g.Market] {
+			seen[g.Market] = true
+			n.kickMarket(g.Market)
+		}
+	}
 }

@@ -31,9 +31,11 @@ func tradeAt(t *testing.T, ctx context.Context, provider, buyer *node.Node, coun
 
 // TestCreditLimit: a provider gives each buyer 0.06 USD of credit. Two GPUs
 // at 36 USD per GPU-hour, billed every second, cost 0.02 a window: the
-// lease ends unpaid after three windows, at the limit; the buyer's next
-// take is refused with the reason; a payment acknowledged beyond what it
-// owes (a prepayment) lets it trade again, for as much more.
+// lease ends unpaid after three windows, at the limit. Then neither side
+// can trade with the other: the provider does not take the buyer's bid,
+// and refuses the buyer's take with the reason. A payment acknowledged
+// beyond what the buyer owes (a prepayment) lets them trade at once, for as
+// much more.
 func TestCreditLimit(t *testing.T) {
 	provider, buyer := startLeaseNet(t, node.WithCreditLimit("0.06", "USD"))
 	ctx := marketCtx(t)
@@ -66,22 +68,37 @@ func TestCreditLimit(t *testing.T) {
 	}
 	credit("0.00")
 
-	// Over the limit: the next take is refused, with the reason.
-	bid = tradeAt(t, ctx, provider, buyer, 2, "36", "60s")
-	if len(bid.Fills) != 0 || !strings.Contains(bid.Error, "credit limit") || !strings.Contains(bid.Error, "0.06 USD unpaid") {
-		t.Fatalf("bid over the limit = %+v, want no fill and the credit limit as the reason", bid)
+	// Over the limit, the buyer's bid rests; the provider will not take it
+	// with a new ask, and refuses the buyer's take of that ask, with the
+	// reason.
+	rest, err := buyer.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "36", Duration: "60s"})
+	if err != nil || rest.Status != "resting" {
+		t.Fatalf("resting bid = %+v, %v", rest, err)
 	}
+	waitFor(t, ctx, "the provider to see the bid", func() (bool, string) {
+		b, err := provider.Book(ctx, h100, "USD")
+		return err == nil && depth(b.Bids) == 2, sprint(b, err)
+	})
+	ask, err := provider.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: 2, Price: "36", MinDuration: "1s"})
+	if err != nil || len(ask.Fills) != 0 || !strings.Contains(ask.Error, "credit limit") || ask.Status != "resting" {
+		t.Fatalf("ask crossing the bid = %+v, %v; want it resting, not taking the bid over the credit limit", ask, err)
+	}
+	waitFor(t, ctx, "the buyer's take refused by the provider", func() (bool, string) {
+		v, err := buyer.Order(ctx, rest.ID)
+		return err == nil && len(v.Fills) == 0 && strings.Contains(v.Error, "maker rejected") &&
+			strings.Contains(v.Error, "credit limit") && strings.Contains(v.Error, "0.06 USD unpaid"), sprint(v, err)
+	})
 
-	// The buyer pays what it owes and 0.04 ahead: 0.10 of credit.
+	// The buyer pays what it owes and 0.04 ahead: 0.10 of credit; the
+	// provider takes the bid at once.
 	pay, err := provider.AckPayment(ctx, node.PaymentRequest{Peer: buyer.PeerID().String(), Amount: "0.10", Reference: "prepay"})
 	if err != nil || pay.Delivered == nil || !*pay.Delivered {
 		t.Fatalf("AckPayment = %+v, %v", pay, err)
 	}
-	credit("0.10")
-	bid, err = buyer.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "36", Duration: "60s", IOC: true})
-	if err != nil || len(bid.Fills) != 1 {
-		t.Fatalf("bid after paying = %+v, %v; want one fill (the ask still rests)", bid, err)
-	}
+	waitFor(t, ctx, "the resting bid filled once credit is freed", func() (bool, string) {
+		bid, err = buyer.Order(ctx, rest.ID)
+		return err == nil && len(bid.Fills) == 1, sprint(bid, err)
+	})
 	id = bid.Fills[0].Lease
 	pv = waitLeaseClosed(t, ctx, provider, id)
 	if pv.Reason != "unpaid" || pv.Receipts != 5 {

@@ -180,7 +180,7 @@ func (n *Node) buildOffer() (*proto.Offer, error) {
 		Terms: &proto.LeaseTerms{
 			MinDurationS:      int64(defaultMinLease / time.Second),
 			MaxDurationS:      int64(defaultMaxLease / time.Second),
-			BillingIncrementS: int64(defaultBillingIncrement / time.Second),
+			BillingIncrementS: int64(n.billingInterval / time.Second), // what the leases it signs bill at
 		},
 		Attestation: proto.AttestationLevel_ATTESTATION_LEVEL_SELF_REPORTED,
 		Addrs:       n.Addrs(),

@@ -392,7 +392,7 @@ func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.M
 		}
 		take.DurationS = int64(bid.Duration / time.Second)
 		take.LeaseType = p2p.LeaseTypeToProto(o.LeaseType)
-		if err := n.checkBidCredit(m.Maker, m.Quantity, m.Price, o.Currency, bid.Duration); err != nil {
+		if err := n.checkBidCredit(m.OrderID, m.Maker, m.Quantity, m.Price, o.Currency, bid.Duration); err != nil {
 			return 0, err
 		}
 	}
