@@ -3,6 +3,7 @@ package node
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -47,12 +48,22 @@ func WithCreditLimit(decimal, currency string) Option {
 type creditPolicy struct {
 	off   bool
 	limit market.Money
+	paid  *paidCache
+}
+
+// paidCache holds, per buyer, the ledger of the payments this provider
+// acknowledged it: the billing step asks for it several times a second,
+// and reading it from the store verifies every acknowledgement's
+// signature. AckPayment drops a buyer's entry (creditFreed).
+type paidCache struct {
+	mu      sync.Mutex
+	byBuyer map[peer.ID]*market.Ledger
 }
 
 func newCreditPolicy(o options, cfg Config, priceCurrency string) (creditPolicy, error) {
 	s := cmpOr(o.creditLimit, cfg.CreditLimit, DefaultCreditLimit)
 	if s == "none" {
-		return creditPolicy{off: true}, nil
+		return creditPolicy{off: true, paid: &paidCache{}}, nil
 	}
 	m, err := market.ParseMoney(s, cmpOr(o.creditCurrency, priceCurrency))
 	if err != nil {
@@ -61,7 +72,7 @@ func newCreditPolicy(o options, cfg Config, priceCurrency string) (creditPolicy,
 	if m.Micros < 0 {
 		return creditPolicy{}, fmt.Errorf("node: negative credit limit %q", s)
 	}
-	return creditPolicy{limit: m}, nil
+	return creditPolicy{limit: m, paid: &paidCache{byBuyer: map[peer.ID]*market.Ledger{}}}, nil
 }
 
 // limitIn is the limit for leases in currency.
@@ -77,16 +88,7 @@ func (p creditPolicy) limitIn(currency string) int64 {
 // buyer but except, from memory. It locks each of those leases in turn:
 // the caller holds none of them.
 func (n *Node) creditOf(buyer peer.ID, currency string, now time.Time, except *leaseRun) (market.Credit, error) {
-	l := market.NewLedger([]byte(n.host.ID()))
-	prefix := "payment/" + n.host.ID().String() + "/" + buyer.String() + "/"
-	err := n.store.scan(prefix, func(_, v []byte) error {
-		ack, _, err := p2p.Open[*proto.PaymentAck](v, proto.MaxReceiptSize)
-		if err != nil {
-			return err
-		}
-		_, err = l.AddPayment(ack)
-		return err
-	})
+	l, err := n.paymentsOf(buyer)
 	if err != nil {
 		return market.Credit{}, err
 	}
@@ -108,6 +110,34 @@ func (n *Node) creditOf(buyer peer.ID, currency string, now time.Time, except *l
 		}
 	}
 	return c, nil
+}
+
+// paymentsOf is the ledger of the payments this provider acknowledged
+// buyer, from the cache or the store.
+func (n *Node) paymentsOf(buyer peer.ID) (*market.Ledger, error) {
+	pc := n.credit.paid
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if l, ok := pc.byBuyer[buyer]; ok {
+		return l, nil
+	}
+	l := market.NewLedger([]byte(n.host.ID()))
+	prefix := "payment/" + n.host.ID().String() + "/" + buyer.String() + "/"
+	err := n.store.scan(prefix, func(_, v []byte) error {
+		ack, _, err := p2p.Open[*proto.PaymentAck](v, proto.MaxReceiptSize)
+		if err != nil {
+			return err
+		}
+		_, err = l.AddPayment(ack)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if pc.byBuyer != nil {
+		pc.byBuyer[buyer] = l
+	}
+	return l, nil
 }
 
 // checkCredit refuses a lease on terms to its buyer when the lease's first
@@ -220,10 +250,15 @@ func (n *Node) creditViews(buyer peer.ID, currencies []string) []CreditView {
 	return out
 }
 
-// creditFreed retries this provider's resting orders in its markets after
-// a payment freed credit: an ask crossing a bid it refused to take while
-// the buyer was over its limit trades now.
-func (n *Node) creditFreed() {
+// creditFreed is told a payment of buyer was acknowledged: it forgets the
+// buyer's cached payments and retries this provider's resting orders in
+// its markets, so an ask crossing a bid it refused to take while the buyer
+// was over its limit trades now.
+func (n *Node) creditFreed(buyer peer.ID) {
+	pc := n.credit.paid
+	pc.mu.Lock()
+	delete(pc.byBuyer, buyer)
+	pc.mu.Unlock()
 	seen := map[string]bool{}
 	for _, g := range n.Published().GetGpus() {
 		if !seen[g.Market] {

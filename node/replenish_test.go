@@ -43,26 +43,29 @@ func TestReplenishedAsk(t *testing.T) {
 	if filled.Fills[0].Lease == first.Fills[0].Lease {
 		t.Fatalf("second bid filled by the first lease")
 	}
-	lease, err := provider.Lease(ctx, filled.Fills[0].Lease)
-	if err != nil || lease.State == "closed" && lease.Reason != "completed" {
-		t.Fatalf("second lease = %+v, %v", lease, err)
+	// The provider took the resting bid (or the buyer took the new ask):
+	// either way both sides hold the lease, the provider once the accept
+	// is back.
+	var lease node.LeaseView
+	waitFor(t, ctx, "the provider to hold the second lease", func() (bool, string) {
+		lease, err = provider.Lease(ctx, filled.Fills[0].Lease)
+		return err == nil, sprint(lease, err)
+	})
+	if lease.State == "closed" && lease.Reason != "completed" {
+		t.Fatalf("second lease = %+v", lease)
 	}
-	// The re-listing is an order of the standing ask.
-	orders, err := provider.Orders(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	relisted := 0
-	for _, o := range orders {
-		if o.Standing == ask.ID && o.ID != ask.ID {
-			relisted++
+	// The re-listing is an order of the standing ask (once the provider's
+	// placing it returns: the buyer may see the fill before).
+	waitFor(t, ctx, "the re-listed ask marked as the standing ask's", func() (bool, string) {
+		orders, err := provider.Orders(ctx)
+		if err != nil {
+			return false, err.Error()
 		}
-	}
-	if relisted == 0 {
-		t.Errorf("provider's orders = %+v, want a re-listed ask of standing %s", orders, ask.ID)
-	}
-	st := provider.StandingAsks()
-	if len(st) != 1 || st[0].ID != ask.ID || len(st[0].Orders) < 2 {
-		t.Errorf("StandingAsks = %+v, want one with the re-listing", st)
-	}
+		relisted := false
+		for _, o := range orders {
+			relisted = relisted || o.Standing == ask.ID && o.ID != ask.ID
+		}
+		st := provider.StandingAsks()
+		return relisted && len(st) == 1 && st[0].ID == ask.ID && len(st[0].Orders) >= 2, sprint(orders, st)
+	})
 }

@@ -190,7 +190,7 @@ func (n *Node) AckPayment(ctx context.Context, req PaymentRequest) (PaymentView,
 	if err := n.store.putPayment(ack, env); err != nil {
 		return PaymentView{}, err
 	}
-	n.creditFreed() // credit.go
+	n.creditFreed(buyer) // credit.go
 	kind, body, err := p2p.SendReceiptMessage(ctx, n.host, buyer, p2p.FramePayment, env)
 	delivered := err == nil && kind == p2p.FrameOK
 	if !delivered {
