@@ -36,8 +36,9 @@ func (n *Node) markLeased(gpus []*proto.GPU, now time.Time) error {
 	return nil
 }
 
-// capacityChanged asks the run loop to publish a fresh offer now: a lease
-// took or freed GPUs. It never blocks; changes in a burst make one offer.
+// capacityChanged asks the run loop to publish a fresh offer now: a trade
+// leased GPUs or a lease freed them. It never blocks; changes in a burst
+// make one offer. A node without GPUs publishes nothing.
 func (n *Node) capacityChanged() {
 	if n.gpus == nil {
 		return

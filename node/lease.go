@@ -339,7 +339,6 @@ func (n *Node) leaseFromFill(ev *p2p.BookEvent) {
 	if role == market.RoleProvider {
 		r.exec, _ = ReserveExecutor{}.Start(n.ctx, Workload{LeaseID: terms.Id, GPUs: terms.Gpus})
 		r.rec.Executor, r.rec.HeldSince = ExecReserve, terms.StartUnixMs
-		n.capacityChanged()
 	}
 	if now := n.now(); now.After(start) {
 		start = now

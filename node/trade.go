@@ -462,6 +462,7 @@ func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.M
 			n.log.Warn("storing lease failed", "lease", ev.Lease.Id, "err", err)
 		}
 		n.applyFill(ev)
+		n.capacityChanged() // capacity.go: GPUs leased
 		if err := n.publishBook(ctx, o.Market, &proto.BookMessage{Body: &proto.BookMessage_Fill{Fill: fill}}, ev); err != nil {
 			n.log.Warn("publishing fill failed", "fill", ev.Fill.ID, "err", err)
 		}
@@ -611,6 +612,7 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 		return reject("storing lease: %v", err)
 	}
 	n.applyFill(ev)
+	n.capacityChanged() // capacity.go: GPUs leased
 	go func() {
 		pctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
 		defer cancel()
