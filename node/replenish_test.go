@@ -69,3 +69,34 @@ func TestReplenishedAsk(t *testing.T) {
 		return relisted && len(st) == 1 && st[0].ID == ask.ID && len(st[0].Orders) >= 2, sprint(orders, st)
 	})
 }
+
+// TestReplenishedAskExpiry: a standing ask whose order expires unfilled is
+// placed again, so its GPUs stay on the book; cancelling it ends it.
+func TestReplenishedAskExpiry(t *testing.T) {
+	provider, buyer := startLeaseNet(t)
+	ctx := marketCtx(t)
+	ask, err := provider.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: 2, Price: "2.40", Expires: "2s", Replenish: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var next node.OrderView
+	waitFor(t, ctx, "the expired ask placed again", func() (bool, string) {
+		st := provider.StandingAsks()
+		if len(st) != 1 || len(st[0].Orders) < 2 {
+			return false, sprint(st)
+		}
+		next, err = provider.Order(ctx, st[0].Orders[len(st[0].Orders)-1])
+		return err == nil && next.Status == "resting" && next.Remaining == 2 && next.Expires.After(ask.Expires), sprint(st, next, err)
+	})
+	waitFor(t, ctx, "the buyer to see the new ask", func() (bool, string) {
+		b, err := buyer.Book(ctx, h100, "USD")
+		return err == nil && depth(b.Asks) == 2, sprint(b, err)
+	})
+	if _, err := provider.CancelOrder(ctx, next.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the standing ask to end with its cancelled order", func() (bool, string) {
+		st := provider.StandingAsks()
+		return len(st) == 0, sprint(st)
+	})
+}
