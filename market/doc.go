@@ -13,5 +13,7 @@
 // machine: starting, running, ending, closed, with a reason); receipt.go
 // (usage receipts: the billing rule, chain checks, countersignatures,
 // equivocation); ledger.go (per-counterparty settlement from countersigned
-// receipts and payment acknowledgements).
+// receipts and payment acknowledgements); capacity.go (free GPUs now and
+// when leased ones free up); credit.go (a buyer's credit with a provider:
+// what it owes and has in progress against the provider's limit).
 package market

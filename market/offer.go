@@ -92,6 +92,9 @@ func ValidateOffer(o *proto.Offer, now time.Time) error {
 			return fmt.Errorf("%w: GPU %d: name too long", ErrOfferSchema, i)
 		}
 		seen[g.Uuid] = true
+		if err := validateLeasedUntil(i, g, o.CreatedUnixMs); err != nil {
+			return err
+		}
 		if g.Evidence != nil {
 			if len(g.Evidence.Report) == 0 || len(g.Evidence.Chain) == 0 {
 				return fmt.Errorf("%w: GPU %d: empty evidence", ErrOfferEvidence, i)
@@ -180,6 +183,11 @@ type OfferFilter struct {
 	// MinMilliCPUsPerGPU and MinRAMBytesPerGPU are the least CPU (in
 	// thousandths of a vCPU) and RAM each leased GPU must come with.
 	MinMilliCPUsPerGPU, MinRAMBytesPerGPU uint64
+	// MinFreeGPUs is the least number of GPUs passing GPU and
+	// MinMemoryBytes that are free (not leased) at Now.
+	MinFreeGPUs int
+	// Now is the time MinFreeGPUs is judged at.
+	Now time.Time
 }
 
 // Bounds of what an offer may say comes with each GPU.
@@ -190,24 +198,31 @@ const (
 
 // MatchingGPUs counts the offer's GPUs that satisfy the GPU and memory filters.
 func (f OfferFilter) MatchingGPUs(o *proto.Offer) int {
-	want := strings.ToLower(f.GPU)
 	n := 0
 	for _, g := range o.Gpus {
-		if want != "" && g.Market != want && !strings.Contains(g.Market, want) && !strings.Contains(strings.ToLower(g.Name), want) {
-			continue
+		if f.gpuMatches(g) {
+			n++
 		}
-		if g.MemoryBytes < f.MinMemoryBytes {
-			continue
-		}
-		n++
 	}
 	return n
+}
+
+// gpuMatches reports whether one GPU passes the GPU and memory filters.
+func (f OfferFilter) gpuMatches(g *proto.GPU) bool {
+	want := strings.ToLower(f.GPU)
+	if want != "" && g.Market != want && !strings.Contains(g.Market, want) && !strings.Contains(strings.ToLower(g.Name), want) {
+		return false
+	}
+	return g.MemoryBytes >= f.MinMemoryBytes
 }
 
 // Match reports whether the offer passes every filter.
 func (f OfferFilter) Match(o *proto.Offer) bool {
 	min := max(f.MinGPUs, 1)
 	if f.MatchingGPUs(o) < min {
+		return false
+	}
+	if f.MinFreeGPUs > 0 && f.FreeGPUs(o, f.Now) < f.MinFreeGPUs {
 		return false
 	}
 	if f.Region != "" {

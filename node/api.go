@@ -73,6 +73,9 @@ type OfferQuery struct {
 	MinRAMGiBPerGPU uint64 `json:"min_ram_gib_per_gpu,omitempty"`
 	// Sort is price (default), vram or gpus.
 	Sort string `json:"sort,omitempty"`
+	// MinFreeGPUs keeps offers with at least this many matching GPUs free
+	// (not leased) now.
+	MinFreeGPUs int `json:"min_free_gpus,omitempty"`
 }
 
 // filter turns the query into the market's filter, refusing bad input.
@@ -86,9 +89,10 @@ func (q OfferQuery) filter() (market.OfferFilter, error) {
 
 		MinMilliCPUsPerGPU: q.MinVCPUsPerGPU * 1000,
 		MinRAMBytesPerGPU:  q.MinRAMGiBPerGPU << 30,
+		MinFreeGPUs:    q.MinFreeGPUs,
 	}
-	if q.MinGPUs < 0 {
-		return f, badRequest("min-gpus must not be negative")
+	if q.MinGPUs < 0 || q.MinFreeGPUs < 0 {
+		return f, badRequest("min-gpus and min-free must not be negative")
 	}
 	if q.MaxPrice != "" {
 		cur := q.Currency
@@ -125,6 +129,10 @@ type OfferView struct {
 	Matching int          `json:"matching_gpus"`
 	GPUs     []GPUSummary `json:"gpus"`
 	Terms    TermsView    `json:"terms"`
+	// FreeGPUs is how many of the matching GPUs are free now; Capacity is
+	// per market, with when the leased ones free up (see capacity.go).
+	FreeGPUs int            `json:"free_gpus"`
+	Capacity []CapacityView `json:"capacity"`
 	// PerGPU is what each leased GPU comes with.
 	PerGPU PerGPUView `json:"per_gpu"`
 }
@@ -144,6 +152,8 @@ type GPUSummary struct {
 	Market      string `json:"market"`
 	MemoryBytes uint64 `json:"memory_bytes"`
 	Evidence    bool   `json:"evidence,omitempty"`
+	// LeasedUntil is when the lease holding the GPU ends; nil when free.
+	LeasedUntil *time.Time `json:"leased_until,omitempty"`
 }
 
 // TermsView are an offer's lease terms in seconds.

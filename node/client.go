@@ -75,6 +75,9 @@ func (c *Client) Offers(ctx context.Context, q OfferQuery) (v []OfferView, err e
 	if q.MinGPUs != 0 {
 		p.Set("min_gpus", strconv.Itoa(q.MinGPUs))
 	}
+	if q.MinFreeGPUs != 0 {
+		p.Set("min_free_gpus", strconv.Itoa(q.MinFreeGPUs))
+	}
 	if q.MinVRAMGiB != 0 {
 		p.Set("min_vram_gib", strconv.FormatUint(q.MinVRAMGiB, 10))
 	}

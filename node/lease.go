@@ -454,6 +454,7 @@ func (n *Node) leaseUnsettled(r *leaseRun, now time.Time) bool {
 func (n *Node) providerStep(r *leaseRun) bool {
 	n.sample(r)
 	now := n.now()
+	others, limited := n.creditOthers(r, now) // credit.go
 	r.mu.Lock()
 	var notify market.CloseReason
 	switch {
@@ -467,6 +468,10 @@ func (n *Node) providerStep(r *leaseRun) bool {
 		n.endLocked(r, market.CloseUnpaid, now, "buyer did not countersign within the grace")
 		notify = market.CloseUnpaid
 	}
+	if note, over := n.overCreditLocked(others, limited, r, now); over {
+		n.endLocked(r, market.CloseUnpaid, r.billedTo(), note)
+		notify = market.CloseUnpaid
+	}
 	for {
 		w, ok := r.ml.Due(now)
 		if !ok {
@@ -475,6 +480,10 @@ func (n *Node) providerStep(r *leaseRun) bool {
 		if err := n.billLocked(r, w, now); err != nil {
 			n.log.Error("billing failed", "lease", r.id, "err", err)
 			break
+		}
+		if note, over := n.overCreditLocked(others, limited, r, now); over {
+			n.endLocked(r, market.CloseUnpaid, w.End, note)
+			notify = market.CloseUnpaid
 		}
 	}
 	closedAt := r.ml.ClosedAt
@@ -527,6 +536,7 @@ func (n *Node) endLocked(r *leaseRun, reason market.CloseReason, at time.Time, n
 	}
 	if r.rec.Role == market.RoleProvider {
 		n.store.releaseGPUs(r.terms.Gpus, r.id)
+		n.leaseEnded() // capacity.go
 	}
 	n.log.Info("lease closed", "lease", r.id, "reason", reason, "role", r.rec.Role)
 }

@@ -55,6 +55,9 @@ type options struct {
 	preemptMargin *int64
 	unpaidGrace   time.Duration
 	withhold      bool
+	// Credit limits (see credit.go).
+	creditLimit    string // decimal, or "none"
+	creditCurrency string
 }
 
 // WithRepo sets the repo directory. Required.
@@ -242,6 +245,10 @@ type Node struct {
 	preemptMargin   int64         // basis points a spot trade must pay more to preempt
 
 	telHist telemetryHistory // GPU samples over time; see history.go
+	publishMu       sync.Mutex    // one Publish at a time
+	republish       chan struct{} // capacity changed: publish now (see capacity.go)
+	credit          creditPolicy  // see credit.go
+	standing        standingAsks  // see replenish.go
 }
 
 var _ API = (*Node)(nil)
@@ -292,6 +299,7 @@ func New(opts ...Option) (_ *Node, err error) {
 		preemptNotice: cmpOrDuration(o.preemptNotice, market.PreemptionNotice), preemptMargin: market.DefaultPreemptMarginBP,
 		log:   o.logger.With("node", filepath.Base(o.repo)),
 		books: newBooks(), own: map[string]*ownOrder{}, pending: map[string]uint32{}, offerCache: map[peer.ID]*proto.Offer{},
+		republish: make(chan struct{}, 1),
 	}
 	if o.preemptMargin != nil {
 		n.preemptMargin = *o.preemptMargin
@@ -321,6 +329,9 @@ func New(opts ...Option) (_ *Node, err error) {
 	priceStr, cur := cmpOr(o.price, cfg.Price, "2.50"), cmpOr(o.currency, cfg.Currency, "USD")
 	if n.price, err = market.ParseMoney(priceStr, cur); err != nil {
 		return nil, fmt.Errorf("node: price in config: %w", err)
+	}
+	if n.credit, err = newCreditPolicy(o, cfg, n.price.Currency); err != nil {
+		return nil, err
 	}
 	peers, err := parseBootstrap(bootstrap)
 	if err != nil {

@@ -19,6 +19,8 @@ func (n *Node) Offers(ctx context.Context, q OfferQuery) ([]OfferView, error) {
 	if err != nil {
 		return nil, err
 	}
+	now := n.now()
+	f.Now = now
 	key := p2p.AnyMarket
 	if market.ValidMarketKey(q.GPU) && isFullMarketKey(q.GPU) {
 		key = q.GPU
@@ -52,7 +54,7 @@ func (n *Node) Offers(ctx context.Context, q OfferQuery) ([]OfferView, error) {
 	}
 	out := make([]OfferView, 0, len(list))
 	for _, o := range list {
-		out = append(out, offerView(o, f))
+		out = append(out, withCapacity(offerView(o, f), o, f, now))
 	}
 	return out, nil
 }

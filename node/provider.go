@@ -31,8 +31,9 @@ func (n *Node) run() {
 	if n.gpus == nil {
 		return
 	}
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go n.sampleTelemetry()
+	go n.replenishLoop()
 	backoff := time.Second
 	for {
 		wait := n.offerTTL / 3
@@ -52,6 +53,7 @@ func (n *Node) run() {
 		case <-n.ctx.Done():
 			return
 		case <-time.After(wait):
+		case <-n.republish: // a lease took or freed GPUs (capacity.go)
 		}
 	}
 }
@@ -102,6 +104,8 @@ func (n *Node) Publish(ctx context.Context) error {
 	if n.gpus == nil {
 		return fmt.Errorf("%w: %v", ErrNoGPUs, n.noGPU)
 	}
+	n.publishMu.Lock()
+	defer n.publishMu.Unlock()
 	o, err := n.buildOffer()
 	if err != nil {
 		return err
@@ -177,7 +181,7 @@ func (n *Node) buildOffer() (*proto.Offer, error) {
 		Terms: &proto.LeaseTerms{
 			MinDurationS:      int64(defaultMinLease / time.Second),
 			MaxDurationS:      int64(defaultMaxLease / time.Second),
-			BillingIncrementS: int64(defaultBillingIncrement / time.Second),
+			BillingIncrementS: int64(n.billingInterval / time.Second), // what the leases it signs bill at
 		},
 		Attestation: proto.AttestationLevel_ATTESTATION_LEVEL_SELF_REPORTED,
 		Addrs:       n.Addrs(),
@@ -191,6 +195,9 @@ func (n *Node) buildOffer() (*proto.Offer, error) {
 			PciBusId: d.PCIBusID, ComputeCapability: d.ComputeCapability, Architecture: d.Architecture,
 			Serial: d.Serial, PowerLimitMw: d.PowerLimitMilliwatts, Ecc: d.ECC, MigEnabled: d.MIGEnabled,
 		})
+	}
+	if err := n.markLeased(o.Gpus, now); err != nil {
+		return nil, err
 	}
 	if inv.ConfidentialComputing {
 		if err := n.attachEvidence(o); err != nil {

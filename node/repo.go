@@ -57,6 +57,9 @@ type Config struct {
 	Currency string `json:"currency"`
 	// GPUSim names a simulated machine (dgxh100, ...) instead of real NVML.
 	GPUSim string `json:"gpu_sim,omitempty"`
+	// CreditLimit is the most a buyer may owe this provider unpaid, a
+	// decimal in Currency, or "none"; empty: 10 (see credit.go).
+	CreditLimit string `json:"credit_limit,omitempty"`
 }
 
 // DefaultConfig is what `suanli init` writes.

@@ -191,6 +191,11 @@ func offerQueryFromURL(r *http.Request) (OfferQuery, error) {
 			return q, badRequest("min_gpus: %v", err)
 		}
 	}
+	if s := v.Get("min_free_gpus"); s != "" {
+		if q.MinFreeGPUs, err = strconv.Atoi(s); err != nil {
+			return q, badRequest("min_free_gpus: %v", err)
+		}
+	}
 	if s := v.Get("min_vram_gib"); s != "" {
 		if q.MinVRAMGiB, err = strconv.ParseUint(s, 10, 32); err != nil {
 			return q, badRequest("min_vram_gib: %v", err)

@@ -21,6 +21,9 @@ type SettlementView struct {
 	Leases   []LeaseSettlement `json:"leases"`
 	Payments []PaymentView     `json:"payments"`
 	Totals   []TotalView       `json:"totals"`
+	// Credit is what the peer may still run up with this provider, when
+	// it bought from it or prepaid (see credit.go).
+	Credit []CreditView `json:"credit,omitempty"`
 }
 
 // LeaseSettlement is one lease in a settlement.
@@ -134,10 +137,17 @@ func (n *Node) Settle(_ context.Context, peerID string) ([]SettlementView, error
 			v.Payments = append(v.Payments, PaymentView{Role: pm.Role.String(), Seq: pm.Seq, Amount: market.FormatMicros(pm.Amount.Micros, pm.Amount.Currency),
 				Currency: pm.Amount.Currency, Created: pm.Created, Reference: pm.Reference})
 		}
+		var bought []string
 		for _, t := range st.Totals {
+			if t.Receivable > 0 || t.Received > 0 {
+				bought = append(bought, t.Currency)
+			}
 			f := func(m int64) string { return market.FormatMicros(m, t.Currency) }
 			v.Totals = append(v.Totals, TotalView{Currency: t.Currency, Receivable: f(t.Receivable), Received: f(t.Received),
 				Payable: f(t.Payable), Paid: f(t.Paid), Owed: f(t.Owed), OwedMicros: t.Owed})
+		}
+		if len(bought) > 0 {
+			v.Credit = n.creditViews(peer.ID(p), bought)
 		}
 		out = append(out, v)
 	}
@@ -180,6 +190,7 @@ func (n *Node) AckPayment(ctx context.Context, req PaymentRequest) (PaymentView,
 	if err := n.store.putPayment(ack, env); err != nil {
 		return PaymentView{}, err
 	}
+	n.creditFreed(buyer) // credit.go
 	kind, body, err := p2p.SendReceiptMessage(ctx, n.host, buyer, p2p.FramePayment, env)
 	delivered := err == nil && kind == p2p.FrameOK
 	if !delivered {

@@ -41,6 +41,7 @@ type ownOrder struct {
 	workload WorkloadSpec // bids: what the buyer asks the provider to run
 	req      OrderRequest // as placed, for re-queueing (bids asking for it)
 	requeue  bool
+	stand    string // the standing ask it was placed for (replenish.go)
 }
 
 // OrderRequest is a new bid or ask. Prices are decimals in Currency.
@@ -77,6 +78,9 @@ type OrderRequest struct {
 	Ports        []uint16 `json:"ports,omitempty"`
 	SSHKey       string   `json:"ssh_key,omitempty"`
 	WritableRoot bool     `json:"writable_root,omitempty"`
+	// Replenish makes an ask a standing one: GPUs freed at the end of its
+	// leases go back on the book (see replenish.go).
+	Replenish bool `json:"replenish,omitempty"`
 }
 
 // OrderView is an order of this node and its trades.
@@ -97,6 +101,9 @@ type OrderView struct {
 	// fill), why visible opposite orders at or better than its price were
 	// not taken.
 	PassedOver []PassView `json:"passed_over,omitempty"`
+	// Standing is the standing ask (its first order's ID) this ask keeps
+	// on the book, when it is one (see replenish.go).
+	Standing string `json:"standing,omitempty"`
 }
 
 // TradeView is one fill.
@@ -246,6 +253,9 @@ func (n *Node) PlaceOrder(ctx context.Context, req OrderRequest) (OrderView, err
 			return OrderView{}, badRequest("%v", err)
 		}
 	}
+	if err := checkReplenish(req); err != nil {
+		return OrderView{}, err
+	}
 	if err := n.JoinMarket(ctx, req.Market); err != nil {
 		return OrderView{}, err
 	}
@@ -321,6 +331,9 @@ func (n *Node) PlaceOrder(ctx context.Context, req OrderRequest) (OrderView, err
 	n.ownMu.Unlock()
 	n.log.Info("order placed", "order", o.ID, "side", o.Side, "market", o.Market, "count", o.Quantity,
 		"price", market.FormatMicros(o.Price, o.Currency))
+	if req.Replenish {
+		n.standAsk(o.ID, req) // replenish.go
+	}
 	return n.Order(ctx, o.ID)
 }
 
@@ -384,6 +397,7 @@ func (n *Node) takeLoop(ctx context.Context, o *market.Order, env []byte) {
 		n.tradeMu.Unlock()
 		if err != nil {
 			n.log.Info("take failed; trying the next order", "maker", short(m.Maker), "order", m.OrderID, "err", err)
+			n.ownFailed(o.ID, err)
 			skip[m.OrderID] = true
 		}
 	}
@@ -427,6 +441,9 @@ func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.M
 		}
 		take.DurationS = int64(bid.Duration / time.Second)
 		take.LeaseType = p2p.LeaseTypeToProto(o.LeaseType)
+		if err := n.checkBidCredit(m.OrderID, m.Maker, m.Quantity, m.Price, o.Currency, bid.Duration); err != nil {
+			return 0, err
+		}
 	}
 	var takeEnv []byte
 	var takeID string
@@ -494,6 +511,7 @@ func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.M
 			n.log.Warn("storing lease failed", "lease", ev.Lease.Id, "err", err)
 		}
 		n.applyFill(ev)
+		n.capacityChanged() // capacity.go: GPUs leased
 		if err := n.publishBook(ctx, o.Market, &proto.BookMessage{Body: &proto.BookMessage_Fill{Fill: fill}}, ev); err != nil {
 			n.log.Warn("publishing fill failed", "fill", ev.Fill.ID, "err", err)
 		}
@@ -609,6 +627,9 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 			lease.StartUnixMs = n.preemptionEnd(victims, now).UnixMilli()
 		}
 		lease.Gpus = gpus[:take.Quantity]
+		if err := n.checkCredit(lease, now); err != nil {
+			return reject("%v", err)
+		}
 		end := time.UnixMilli(lease.StartUnixMs).Add(time.Duration(take.DurationS)*time.Second + time.Minute)
 		if err := n.store.reserveGPUs(lease.Gpus, takeID, end, victimIDs(victims)...); err != nil {
 			return reject("reserving GPUs: %v", err)
@@ -653,6 +674,7 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 	}
 	n.applyFill(ev)
 	n.preempt(victims, takeID, now)
+	n.capacityChanged() // capacity.go: GPUs leased
 	go func() {
 		pctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
 		defer cancel()
@@ -770,6 +792,7 @@ func (n *Node) orderView(oo *ownOrder) OrderView {
 		ID: o.ID, Side: o.Side.String(), Market: o.Market, Count: o.Quantity, Remaining: remaining,
 		Price: market.FormatMicros(o.Price, o.Currency), Currency: o.Currency, LeaseType: o.LeaseType.String(),
 		Status: status, Expires: o.Expires.UTC(), Fills: append([]TradeView{}, oo.fills...), Error: oo.err,
+		Standing: oo.stand,
 	}
 	if status == "resting" || status == "done" && remaining == 0 && v.filled() < o.Quantity {
 		v.PassedOver = n.passedOver(o, v.Count-v.filled())

@@ -115,6 +115,15 @@ func withEvidence(o *proto.Offer, reportLen, certLen int) *proto.Offer {
 	return o
 }
 
+// leaseGPUs marks the offer's first three GPUs leased: two until ten
+// minutes after now, one until an hour after.
+func leaseGPUs(o *proto.Offer, now time.Time) *proto.Offer {
+	for i, d := range []time.Duration{10 * time.Minute, 10 * time.Minute, time.Hour} {
+		o.Gpus[i].LeasedUntilUnixMs = now.Add(d).UnixMilli()
+	}
+	return o
+}
+
 func seal(tb testing.TB, k crypto.PrivKey, o *proto.Offer) []byte {
 	tb.Helper()
 	b, err := p2p.SealOffer(k, o)
@@ -278,6 +287,15 @@ func offerCases(tb testing.TB) []offerCase {
 			value: mutate(func(o *proto.Offer) { o.Region = "cn-gz" })},
 		{name: "schema: seq 0", key: keyA, err: market.ErrOfferSchema, reason: "schema",
 			value: mutate(func(o *proto.Offer) { o.Seq = 0 })},
+		{name: "valid/GPUs leased", key: keyA, value: mutate(func(o *proto.Offer) { leaseGPUs(o, t0) })},
+		{name: "schema: GPU leased until before the offer", key: keyA, err: market.ErrOfferSchema, reason: "schema",
+			value: mutate(func(o *proto.Offer) { o.Gpus[1].LeasedUntilUnixMs = o.CreatedUnixMs - 1 })},
+		{name: "schema: GPU leased until negative", key: keyA, err: market.ErrOfferSchema, reason: "schema",
+			value: mutate(func(o *proto.Offer) { o.Gpus[0].LeasedUntilUnixMs = -1 })},
+		{name: "schema: GPU leased past the longest lease", key: keyA, err: market.ErrOfferSchema, reason: "schema",
+			value: mutate(func(o *proto.Offer) {
+				o.Gpus[0].LeasedUntilUnixMs = o.CreatedUnixMs + market.MaxLeaseDuration.Milliseconds() + 1
+			})},
 		{name: "price: zero on-demand", key: keyA, err: market.ErrOfferPrice, reason: "price",
 			value: mutate(func(o *proto.Offer) { o.Pricing.OnDemandMicros = 0 })},
 		{name: "evidence: cc level without evidence", key: keyA, err: market.ErrOfferEvidence, reason: "evidence",
@@ -507,6 +525,7 @@ func FuzzOpenOffer(f *testing.F) {
 	good := seal(f, kA, testOffer(a, 1, t0))
 	f.Add(good)
 	f.Add(seal(f, kB, withEvidence(testOffer(b, 3, t0), 48, 32)))
+	f.Add(seal(f, kA, leaseGPUs(testOffer(a, 2, t0), t0)))
 	f.Add(sizedEnvelope(f, kA, a, proto.MaxOfferSize+1))
 	f.Add(sealRaw(f, kA, proto.OfferDomain, proto.OfferCodec, []byte{0xff, 0x01, 0x02}))
 	f.Add(sealRaw(f, kA, "suanli-order", proto.OfferCodec, marshalOffer(f, testOffer(a, 1, t0))))
@@ -541,6 +560,7 @@ func FuzzOpenOffer(f *testing.F) {
 		if len(b) > proto.MaxOfferSize {
 			t.Fatalf("OpenOffer accepted %d bytes, limit %d", len(b), proto.MaxOfferSize)
 		}
+		checkLeasedUntil(t, o)
 	})
 }
 
@@ -553,6 +573,8 @@ func FuzzOpenOfferPayload(f *testing.F) {
 	f.Add(marshalOffer(f, testOffer(a, 1, t0)))
 	f.Add(marshalOffer(f, testOffer(b, 1, t0)))
 	f.Add(marshalOffer(f, withEvidence(testOffer(a, 2, t0), 48, 32)))
+	f.Add(marshalOffer(f, leaseGPUs(testOffer(a, 3, t0), t0)))
+	f.Add(marshalOffer(f, func() *proto.Offer { o := testOffer(a, 4, t0); o.Gpus[0].LeasedUntilUnixMs = -5; return o }()))
 	f.Add([]byte{0xff, 0x01})
 	f.Add([]byte{})
 	v := p2p.OfferValidator{Now: func() time.Time { return t0 }}
@@ -575,7 +597,35 @@ func FuzzOpenOfferPayload(f *testing.F) {
 		if err := v.Validate(proto.OfferKey(a), env); err != nil {
 			t.Fatalf("Validate(accepted offer) = %v, want nil", err)
 		}
+		checkLeasedUntil(t, o)
 	})
+}
+
+// checkLeasedUntil fails unless every GPU of an accepted offer is free or
+// leased until a time after the offer's creation, within the longest lease,
+// and its capacity adds up.
+func checkLeasedUntil(t *testing.T, o *proto.Offer) {
+	t.Helper()
+	for i, g := range o.Gpus {
+		u := g.LeasedUntilUnixMs
+		if u != 0 && (u <= o.CreatedUnixMs || u-o.CreatedUnixMs > market.MaxLeaseDuration.Milliseconds()) {
+			t.Fatalf("accepted offer's GPU %d leased until %d, created %d", i, u, o.CreatedUnixMs)
+		}
+	}
+	total := 0
+	for _, c := range market.OfferCapacity(o, t0) {
+		n := c.Free
+		for _, r := range c.Releases {
+			n += r.Count
+		}
+		if n != c.Total {
+			t.Fatalf("capacity %+v: free and releases do not add up to the total", c)
+		}
+		total += c.Total
+	}
+	if total != len(o.Gpus) {
+		t.Fatalf("capacity counts %d GPUs of %d", total, len(o.Gpus))
+	}
 }
 
 // FuzzValidateOffer feeds protobuf payload bytes to market.ValidateOffer: it

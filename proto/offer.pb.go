@@ -248,6 +248,10 @@ type GPU struct {
 	Ecc               string    `protobuf:"bytes,10,opt,name=ecc,proto3" json:"ecc,omitempty"`
 	MigEnabled        bool      `protobuf:"varint,11,opt,name=mig_enabled,json=migEnabled,proto3" json:"mig_enabled,omitempty"`
 	Evidence          *Evidence `protobuf:"bytes,12,opt,name=evidence,proto3" json:"evidence,omitempty"`
+	// leased_until_unix_ms is when the lease holding this GPU ends, as the
+	// provider knew it when it signed the offer; 0 when the GPU was free.
+	// A GPU whose time has passed is free again (see market.OfferCapacity).
+	LeasedUntilUnixMs int64 `protobuf:"varint,13,opt,name=leased_until_unix_ms,json=leasedUntilUnixMs,proto3" json:"leased_until_unix_ms,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -364,6 +368,13 @@ func (x *GPU) GetEvidence() *Evidence {
 		return x.Evidence
 	}
 	return nil
+}
+
+func (x *GPU) GetLeasedUntilUnixMs() int64 {
+	if x != nil {
+		return x.LeasedUntilUnixMs
+	}
+	return 0
 }
 
 // Evidence is a GPU's confidential-computing attestation report over the
@@ -764,7 +775,7 @@ const file_offer_proto_rawDesc = "" +
 	"compliance\x18\f \x03(\tR\n" +
 	"compliance\x12\x14\n" +
 	"\x05certs\x18\r \x03(\fR\x05certs\x12%\n" +
-	"\x0eevidence_nonce\x18\x0e \x01(\fR\revidenceNonce\"\xfb\x02\n" +
+	"\x0eevidence_nonce\x18\x0e \x01(\fR\revidenceNonce\"\xac\x03\n" +
 	"\x03GPU\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -780,7 +791,8 @@ const file_offer_proto_rawDesc = "" +
 	" \x01(\tR\x03ecc\x12\x1f\n" +
 	"\vmig_enabled\x18\v \x01(\bR\n" +
 	"migEnabled\x12/\n" +
-	"\bevidence\x18\f \x01(\v2\x13.suanli.v1.EvidenceR\bevidence\"8\n" +
+	"\bevidence\x18\f \x01(\v2\x13.suanli.v1.EvidenceR\bevidence\x12/\n" +
+	"\x14leased_until_unix_ms\x18\r \x01(\x03R\x11leasedUntilUnixMs\"8\n" +
 	"\bEvidence\x12\x16\n" +
 	"\x06report\x18\x01 \x01(\fR\x06report\x12\x14\n" +
 	"\x05chain\x18\x02 \x03(\rR\x05chain\"\xd1\x03\n" +

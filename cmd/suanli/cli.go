@@ -250,6 +250,7 @@ func cmdDaemon(e *env, args []string) error {
 	billing := fs.Duration("billing-interval", 0, "meter leases and send receipts this often (default 1m)")
 	var xf execFlags
 	xf.register(fs)
+	creditLimit := fs.String("credit-limit", "", "most a buyer may owe unpaid, a `decimal` in the price currency, or none (default from config: "+node.DefaultCreditLimit+")")
 	if err := parse(e, fs, args, 0); err != nil {
 		return err
 	}
@@ -283,6 +284,9 @@ func cmdDaemon(e *env, args []string) error {
 	}
 	if *billing != 0 {
 		opts = append(opts, node.WithBillingInterval(*billing))
+	}
+	if *creditLimit != "" {
+		opts = append(opts, node.WithCreditLimit(*creditLimit, *currency))
 	}
 	xopts, err := xf.options(*sim != "")
 	if err != nil {

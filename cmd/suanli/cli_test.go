@@ -56,6 +56,7 @@ func TestUsageErrors(t *testing.T) {
 		{name: "offers sort bogus", args: []string{"--repo", repo, "offers", "--sort", "bogus"}, wantErr: `--sort: market: unknown sort "bogus"`},
 		{name: "offers min-gpus negative", args: []string{"--repo", repo, "offers", "--min-gpus", "-1"}, wantErr: "--min-gpus must not be negative"},
 		{name: "offers min-gpus not a number", args: []string{"--repo", repo, "offers", "--min-gpus", "many"}, wantErr: "invalid value"},
+		{name: "offers min-free negative", args: []string{"--repo", repo, "offers", "--min-free", "-1"}, wantErr: "--min-free must not be negative"},
 		{name: "daemon gpu-sim and no-gpu", args: []string{"--repo", repo, "daemon", "--gpu-sim", "dgxh100", "--no-gpu"}, wantErr: "--gpu-sim and --no-gpu conflict"},
 		{name: "daemon log-level loud", args: []string{"--repo", repo, "daemon", "--log-level", "loud"}, wantErr: "--log-level"},
 		{name: "daemon image-allow without docker", args: []string{"--repo", repo, "daemon", "--image-allow", "x/*"}, wantErr: "--image-allow needs --executor docker"},
@@ -170,9 +171,14 @@ func TestHelp(t *testing.T) {
 		}
 	}
 	_, stderr := wantExit(t, []string{"offers", "-h"}, 0)
-	for _, f := range []string{"-gpu", "-max-price", "-min-gpus", "-sort", "-region"} {
+	for _, f := range []string{"-gpu", "-max-price", "-min-gpus", "-min-free", "-sort", "-region"} {
 		if !strings.Contains(stderr, f) {
 			t.Errorf("suanli offers -h does not list %s:\n%s", f, stderr)
+		}
+	}
+	for cmd, f := range map[string]string{"ask": "-replenish", "daemon": "-credit-limit"} {
+		if _, stderr := wantExit(t, []string{cmd, "-h"}, 0); !strings.Contains(stderr, f) {
+			t.Errorf("suanli %s -h does not list %s:\n%s", cmd, f, stderr)
 		}
 	}
 }

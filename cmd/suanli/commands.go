@@ -74,6 +74,7 @@ func cmdOffers(e *env, args []string) error {
 	var q node.OfferQuery
 	fs.StringVar(&q.GPU, "gpu", "", "market key or model substring, e.g. h100")
 	fs.IntVar(&q.MinGPUs, "min-gpus", 0, "at least `N` matching GPUs")
+	fs.IntVar(&q.MinFreeGPUs, "min-free", 0, "at least `N` matching GPUs free (not leased) now")
 	fs.Uint64Var(&q.MinVRAMGiB, "min-vram", 0, "at least `GIB` of memory per GPU")
 	fs.StringVar(&q.Region, "region", "", "region `code` (CN-GZ), or a prefix ending in - (CN-)")
 	fs.StringVar(&q.MaxPrice, "max-price", "", "highest on-demand price per GPU-hour, a `decimal`")
@@ -89,6 +90,9 @@ func cmdOffers(e *env, args []string) error {
 	}
 	if q.MinGPUs < 0 {
 		return fmt.Errorf("%w: --min-gpus must not be negative", errUsage)
+	}
+	if q.MinFreeGPUs < 0 {
+		return fmt.Errorf("%w: --min-free must not be negative", errUsage)
 	}
 	if q.MaxPrice != "" {
 		if _, err := market.ParseMoney(q.MaxPrice, q.Currency); err != nil {
@@ -124,9 +128,9 @@ func cmdOffers(e *env, args []string) error {
 
 func printOffers(e *env, offers []node.OfferView) {
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROVIDER\tREGION\tGPUS\tMEMORY/GPU\tVCPU+RAM/GPU\tPRICE/GPU-H\tATTESTATION")
+	fmt.Fprintln(tw, "PROVIDER\tREGION\tGPUS\tFREE\tMEMORY/GPU\tVCPU+RAM/GPU\tPRICE/GPU-H\tATTESTATION")
 	for _, o := range offers {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s %s\t%s\n", short(o.Provider), o.Region, gpuSummary(o.GPUs), memSummary(o.GPUs),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s %s\t%s\n", short(o.Provider), o.Region, gpuSummary(o.GPUs), freeSummary(o), memSummary(o.GPUs),
 			perGPUSummary(o.PerGPU), o.Price, o.Currency, o.Attestation)
 	}
 	tw.Flush()
@@ -304,4 +308,22 @@ func cmdDevnet(e *env, args []string) error {
 		return err
 	}
 	return nil
+}
+
+// freeSummary is how many of the matching GPUs are free now, and when the
+// next leased ones free up: "6 (2 at 12-03 15:04Z)".
+func freeSummary(o node.OfferView) string {
+	s := fmt.Sprint(o.FreeGPUs)
+	var next *node.ReleaseView
+	for _, c := range o.Capacity {
+		for i := range c.Releases {
+			if r := &c.Releases[i]; next == nil || r.At.Before(next.At) {
+				next = r
+			}
+		}
+	}
+	if next != nil {
+		s += fmt.Sprintf(" (%d at %s)", next.Count, next.At.UTC().Format("01-02 15:04Z"))
+	}
+	return s
 }

@@ -348,6 +348,8 @@ func TestDaemonDiscovery(t *testing.T) {
 			{[]string{"--gpu", "a100"}, false},
 			{[]string{"--min-gpus", "8", "--min-vram", "80"}, true},
 			{[]string{"--min-gpus", "9"}, false},
+			{[]string{"--min-free", "8"}, true}, // nothing leased
+			{[]string{"--min-free", "9"}, false},
 			{[]string{"--cc-attested"}, offer.Attestation == "cc-evidence"},
 		} {
 			args := append([]string{"--repo", repoB, "--json", "offers"}, tc.args...)
@@ -363,7 +365,7 @@ func TestDaemonDiscovery(t *testing.T) {
 		}
 		// The table.
 		stdout, _ := wantExit(t, []string{"--repo", repoB, "offers", "--gpu", "h100"}, 0)
-		for _, want := range []string{"PROVIDER", "CN-GZ", "8x " + h100Market, "80 GiB", "2.49 USD", offer.Attestation} {
+		for _, want := range []string{"PROVIDER", "FREE", "CN-GZ", "8x " + h100Market, "80 GiB", "2.49 USD", offer.Attestation} {
 			if !strings.Contains(stdout, want) {
 				t.Errorf("offers table lacks %q:\n%s", want, stdout)
 			}

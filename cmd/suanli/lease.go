@@ -291,6 +291,9 @@ func cmdSettle(e *env, args []string) error {
 		for _, t := range s.Totals {
 			fmt.Fprintf(e.stdout, "  total %s: owed to this node %s\n", t.Currency, t.Owed)
 		}
+		for _, cr := range s.Credit {
+			fmt.Fprintf(e.stdout, "  credit %s: %s unpaid of a %s limit, %s available\n", cr.Currency, cr.Unpaid, cr.Limit, cr.Available)
+		}
 	}
 	return nil
 }

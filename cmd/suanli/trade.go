@@ -70,6 +70,7 @@ func cmdAsk(e *env, args []string) error {
 	f.register(fs)
 	minD := fs.Duration("min-duration", time.Minute, "shortest lease to sign")
 	maxD := fs.Duration("max-duration", 30*24*time.Hour, "longest lease to sign")
+	fs.BoolVar(&f.req.Replenish, "replenish", false, "standing ask: put GPUs freed at the end of its leases back on the book")
 	if err := parse(e, fs, args, 0); err != nil {
 		return err
 	}
@@ -213,6 +214,12 @@ func counterparty(o node.OrderView, t node.TradeView) string {
 func printOrder(e *env, o node.OrderView) {
 	fmt.Fprintf(e.stdout, "%s %s\n%s %d GPUs of %s at %s %s/GPU-h (%s): %s, %d left\n",
 		o.Side, o.ID, o.Side, o.Count, o.Market, o.Price, o.Currency, o.LeaseType, o.Status, o.Remaining)
+	if o.Standing != "" {
+		fmt.Fprintf(e.stdout, "  standing ask %s: freed GPUs go back on the book\n", short(o.Standing))
+	}
+	if o.Error != "" {
+		fmt.Fprintf(e.stdout, "  last take refused: %s\n", o.Error)
+	}
 	for _, t := range o.Fills {
 		fmt.Fprintf(e.stdout, "  filled %d at %s %s with %s, lease %s\n", t.Count, t.Price, t.Currency, counterparty(o, t), t.Lease)
 	}

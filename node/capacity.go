@@ -1,0 +1,117 @@
+package node
+
+import (
+	"errors"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/proto"
+)
+
+// Free capacity. The offer lists every GPU of the provider; a GPU held by
+// a lease carries the lease's end (GPU.leased_until_unix_ms), so buyers
+// see what is free now and when the rest frees up. The provider publishes
+// a fresh offer whenever a lease takes or frees GPUs, besides its timer.
+
+// markLeased marks the offer's GPUs held by a lease with the lease's end
+// (market.MarkLeased). The end is the agreed one; a hold without stored
+// terms (a take still in flight) counts until the hold lapses.
+func (n *Node) markLeased(gpus []*proto.GPU, now time.Time) error {
+	holds, err := n.store.gpuHolds(now)
+	if err != nil {
+		return err
+	}
+	ends := make(map[string]time.Time, len(holds))
+	for uuid, h := range holds {
+		ends[uuid] = h.until
+		if terms, err := n.store.getLease(h.lease); err == nil {
+			ends[uuid] = market.LeaseEnd(terms)
+		} else if !errors.Is(err, badger.ErrKeyNotFound) {
+			return err
+		}
+	}
+	market.MarkLeased(gpus, ends, now)
+	return nil
+}
+
+// capacityChanged asks the run loop to publish a fresh offer now: a trade
+// leased GPUs or a lease freed them. It never blocks; changes in a burst
+// make one offer. A node without GPUs publishes nothing.
+func (n *Node) capacityChanged() {
+	if n.gpus == nil {
+		return
+	}
+	select {
+	case n.republish <- struct{}{}:
+	default:
+	}
+}
+
+// leaseEnded is the provider's hook at the end of a lease, after its GPUs
+// are handed back: publish the freed capacity and re-list it for the
+// standing asks (replenish.go).
+func (n *Node) leaseEnded() {
+	n.capacityChanged()
+	n.standing.poke()
+}
+
+// CapacityView is an offer's GPUs in one market: how many, how many free
+// now, and when the leased ones free up.
+type CapacityView struct {
+	Market   string        `json:"market"`
+	Total    int           `json:"total"`
+	Free     int           `json:"free"`
+	Releases []ReleaseView `json:"releases,omitempty"`
+}
+
+// ReleaseView is a number of leased GPUs that free up at one time.
+type ReleaseView struct {
+	At    time.Time `json:"at"`
+	Count int       `json:"count"`
+}
+
+// withCapacity adds to an offer's view what of it is free at now, for the
+// GPUs passing the query's filters.
+func withCapacity(v OfferView, o *proto.Offer, f market.OfferFilter, now time.Time) OfferView {
+	v.FreeGPUs = f.FreeGPUs(o, now)
+	v.Capacity = []CapacityView{}
+	for _, c := range f.MatchingCapacity(o, now) {
+		cv := CapacityView{Market: c.Market, Total: c.Total, Free: c.Free}
+		for _, r := range c.Releases {
+			cv.Releases = append(cv.Releases, ReleaseView{At: r.At, Count: r.Count})
+		}
+		v.Capacity = append(v.Capacity, cv)
+	}
+	byUUID := make(map[string]*proto.GPU, len(o.Gpus))
+	for _, g := range o.Gpus {
+		byUUID[g.Uuid] = g
+	}
+	for i := range v.GPUs {
+		if g := byUUID[v.GPUs[i].UUID]; g != nil && !market.GPUFree(g, now) {
+			at := time.UnixMilli(g.LeasedUntilUnixMs).UTC()
+			v.GPUs[i].LeasedUntil = &at
+		}
+	}
+	return v
+}
+
+// gpuHold is one GPU reservation: the lease (or take) holding it, until.
+type gpuHold struct {
+	lease string
+	until time.Time
+}
+
+// gpuHolds lists the GPUs held at now, by UUID (see reserveGPUs).
+func (s *store) gpuHolds(now time.Time) (map[string]gpuHold, error) {
+	out := map[string]gpuHold{}
+	err := s.scan("gpu/", func(k, v []byte) error {
+		lease, until := decodeReservation(v)
+		if until > now.UnixMilli() {
+			out[string(k)] = gpuHold{lease: lease, until: time.UnixMilli(until)}
+		}
+		return nil
+	})
+	return out, err
+}

@@ -1,0 +1,46 @@
+package node
+
+import "testing"
+
+func TestCreditPolicy(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		opt      Option
+		cfg      string
+		priceCur string
+		off      bool
+		micros   int64
+		currency string
+		err      bool
+	}{
+		{name: "default", priceCur: "USD", micros: 10_000_000, currency: "USD"},
+		{name: "default in the price currency", priceCur: "CNY", micros: 10_000_000, currency: "CNY"},
+		{name: "config", cfg: "25.50", priceCur: "USD", micros: 25_500_000, currency: "USD"},
+		{name: "option over config", opt: WithCreditLimit("3", "EUR"), cfg: "25", priceCur: "USD", micros: 3_000_000, currency: "EUR"},
+		{name: "none in config", cfg: "none", priceCur: "USD", off: true},
+		{name: "none as option", opt: WithCreditLimit("none", ""), cfg: "25", priceCur: "USD", off: true},
+		{name: "zero: prepaid only", opt: WithCreditLimit("0", ""), priceCur: "USD", micros: 0, currency: "USD"},
+		{name: "bad config", cfg: "lots", priceCur: "USD", err: true},
+		{name: "negative config", cfg: "-1", priceCur: "USD", err: true},
+	} {
+		var o options
+		if c.opt != nil {
+			if err := c.opt(&o); err != nil {
+				t.Fatalf("%s: option: %v", c.name, err)
+			}
+		}
+		p, err := newCreditPolicy(o, Config{CreditLimit: c.cfg}, c.priceCur)
+		if c.err {
+			if err == nil {
+				t.Errorf("%s: newCreditPolicy = %+v, want an error", c.name, p)
+			}
+			continue
+		}
+		if err != nil || p.off != c.off || !c.off && (p.limit.Micros != c.micros || p.limit.Currency != c.currency) {
+			t.Errorf("%s: newCreditPolicy = %+v, %v; want off %v, %d %s", c.name, p, err, c.off, c.micros, c.currency)
+		}
+		if !c.off && (p.limitIn(c.currency) != c.micros || p.limitIn("XXX") != 0) {
+			t.Errorf("%s: limitIn = %d (own), %d (other); want %d, 0", c.name, p.limitIn(c.currency), p.limitIn("XXX"), c.micros)
+		}
+	}
+}
