@@ -89,7 +89,7 @@ func (q OfferQuery) filter() (market.OfferFilter, error) {
 
 		MinMilliCPUsPerGPU: q.MinVCPUsPerGPU * 1000,
 		MinRAMBytesPerGPU:  q.MinRAMGiBPerGPU << 30,
-		MinFreeGPUs:    q.MinFreeGPUs,
+		MinFreeGPUs:        q.MinFreeGPUs,
 	}
 	if q.MinGPUs < 0 || q.MinFreeGPUs < 0 {
 		return f, badRequest("min-gpus and min-free must not be negative")

@@ -244,11 +244,11 @@ type Node struct {
 	preemptNotice   time.Duration // spot leases' notice before preemption
 	preemptMargin   int64         // basis points a spot trade must pay more to preempt
 
-	telHist telemetryHistory // GPU samples over time; see history.go
-	publishMu       sync.Mutex    // one Publish at a time
-	republish       chan struct{} // capacity changed: publish now (see capacity.go)
-	credit          creditPolicy  // see credit.go
-	standing        standingAsks  // see replenish.go
+	telHist   telemetryHistory // GPU samples over time; see history.go
+	publishMu sync.Mutex       // one Publish at a time
+	republish chan struct{}    // capacity changed: publish now (see capacity.go)
+	credit    creditPolicy     // see credit.go
+	standing  standingAsks     // see replenish.go
 }
 
 var _ API = (*Node)(nil)
