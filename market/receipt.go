@@ -129,6 +129,8 @@ func ValidateTerms(terms *proto.Lease) error {
 		return fmt.Errorf("%w: provider and buyer are the same peer", ErrLeaseTerms)
 	case !LeaseType(terms.LeaseType).valid():
 		return fmt.Errorf("%w: lease type %d", ErrLeaseTerms, terms.LeaseType)
+	case !ValidBillingIncrement(time.Duration(terms.BillingIncrementS) * time.Second):
+		return fmt.Errorf("%w: billing increment %d s (want 0, 1, 60 or 3600)", ErrLeaseTerms, terms.BillingIncrementS)
 	}
 	if _, err := LookupCurrency(terms.Currency); err != nil {
 		return fmt.Errorf("%w: %w", ErrLeaseTerms, err)
@@ -164,8 +166,34 @@ func termsUsable(terms *proto.Lease) error {
 		return fmt.Errorf("%w: billing interval %d s", ErrLeaseTerms, terms.BillingIntervalS)
 	case terms.StartUnixMs <= 0 || terms.StartUnixMs > math.MaxInt64/2:
 		return fmt.Errorf("%w: start %d", ErrLeaseTerms, terms.StartUnixMs)
+	case terms.BillingIncrementS < 0 || terms.BillingIncrementS > 3600:
+		return fmt.Errorf("%w: billing increment %d s", ErrLeaseTerms, terms.BillingIncrementS)
 	}
 	return nil
+}
+
+// ValidBillingIncrement reports whether d is a billing increment leases
+// may name: none (to the millisecond), a second, a minute or an hour.
+func ValidBillingIncrement(d time.Duration) bool {
+	return d == 0 || d == time.Second || d == time.Minute || d == time.Hour
+}
+
+// BillableGPUMillis is the GPU time charged for cumulativeGPUMillis of a
+// lease: rounded up to whole billing increments of all its GPUs (per
+// second, minute or hour, every started unit in full), or as metered when
+// the lease names no increment.
+func BillableGPUMillis(terms *proto.Lease, cumulativeGPUMillis uint64) uint64 {
+	unit := uint64(terms.GetBillingIncrementS()) * 1000 * uint64(len(terms.GetGpus()))
+	if unit == 0 || cumulativeGPUMillis == 0 {
+		return cumulativeGPUMillis
+	}
+	return (cumulativeGPUMillis + unit - 1) / unit * unit
+}
+
+// LeaseCharge is what a lease owes once cumulativeGPUMillis have been
+// metered: Charge of the billable time (BillableGPUMillis).
+func LeaseCharge(terms *proto.Lease, cumulativeGPUMillis uint64) (int64, error) {
+	return Charge(terms.PriceMicros, BillableGPUMillis(terms, cumulativeGPUMillis))
 }
 
 // leaseEndMs is the lease's end in Unix milliseconds: start + duration.
@@ -370,7 +398,7 @@ func verifyNext(terms *proto.Lease, prev *ReceiptState, r *proto.Receipt, hash [
 	if r.CumulativeGpuMs != p.GPUMillis+r.GpuMs {
 		return fmt.Errorf("%w: cumulative gpu_ms %d, want %d + %d", ErrReceiptCumulative, r.CumulativeGpuMs, p.GPUMillis, r.GpuMs)
 	}
-	total, err := Charge(terms.PriceMicros, r.CumulativeGpuMs)
+	total, err := LeaseCharge(terms, r.CumulativeGpuMs)
 	if err != nil {
 		return err
 	}

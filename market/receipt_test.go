@@ -52,7 +52,7 @@ func rebill(terms *proto.Lease, prev *ReceiptState, r *proto.Receipt) *proto.Rec
 		r.GpuMs += u.GpuMs
 	}
 	r.CumulativeGpuMs = p.GPUMillis + r.GpuMs
-	total, err := Charge(terms.PriceMicros, r.CumulativeGpuMs)
+	total, err := LeaseCharge(terms, r.CumulativeGpuMs)
 	if err != nil {
 		panic(err)
 	}

@@ -160,7 +160,10 @@ type GPUSummary struct {
 type TermsView struct {
 	MinDurationS      int64 `json:"min_duration_s"`
 	MaxDurationS      int64 `json:"max_duration_s"`
-	BillingIncrementS int64 `json:"billing_increment_s"`
+	BillingIncrementS int64 `json:"billing_increment_s"` // how often receipts come
+	// ChargeIncrementS is the unit GPU time is charged in: 0 (to the
+	// millisecond), 1, 60 or 3600, every started unit in full.
+	ChargeIncrementS int64 `json:"charge_increment_s,omitempty"`
 }
 
 func offerView(o *proto.Offer, f market.OfferFilter) OfferView {
@@ -179,6 +182,7 @@ func offerView(o *proto.Offer, f market.OfferFilter) OfferView {
 			MinDurationS:      o.GetTerms().GetMinDurationS(),
 			MaxDurationS:      o.GetTerms().GetMaxDurationS(),
 			BillingIncrementS: o.GetTerms().GetBillingIncrementS(),
+			ChargeIncrementS:  o.GetTerms().GetChargeIncrementS(),
 		},
 		PerGPU: PerGPUView{MilliCPUs: o.GetHost().GetMilliCpusPerGpu(), RAMBytes: o.GetHost().GetMemoryBytesPerGpu(),
 			DiskBytes: o.GetHost().GetDiskBytesPerGpu()},

@@ -593,7 +593,7 @@ func (n *Node) billLocked(r *leaseRun, w market.Window, now time.Time) error {
 		rc.GpuMs += held
 	}
 	rc.CumulativeGpuMs = r.ml.Chain.GPUMillis + rc.GpuMs
-	total, err := market.Charge(r.terms.PriceMicros, rc.CumulativeGpuMs)
+	total, err := market.LeaseCharge(r.terms, rc.CumulativeGpuMs)
 	if err != nil {
 		return err
 	}

@@ -183,3 +183,24 @@ func TestLeaseProcessExecutor(t *testing.T) {
 		t.Errorf("the command ran %s: not stopped at the lease's end", took)
 	}
 }
+
+// TestLeasePerMinuteBilling: a provider charging per minute bills a 3 s
+// lease of 2 GPUs as 2 GPU-minutes, the amount both sides settle.
+func TestLeasePerMinuteBilling(t *testing.T) {
+	provider, buyer := startLeaseNet(t, node.WithBillingIncrement(time.Minute))
+	ctx := marketCtx(t)
+	id := trade(t, ctx, provider, buyer, "3s")
+	waitLeaseClosed(t, ctx, provider, id)
+	waitLeaseClosed(t, ctx, buyer, id)
+	want := int64(2_400_000 * 2 / 60) // 2.40 per GPU-hour × 2 GPU-minutes
+	for _, n := range []*node.Node{provider, buyer} {
+		waitFor(t, ctx, "the per-minute settlement on "+n.Repo(), func() (bool, string) {
+			st, err := n.Settle(ctx, "")
+			return err == nil && len(st) == 1 && len(st[0].Leases) == 1 && st[0].Leases[0].AmountMicros == want, sprint(st, err)
+		})
+	}
+	rs, err := buyer.Receipts(ctx, id)
+	if err != nil || len(rs) < 2 || rs[0].AmountMicros != want || rs[1].AmountMicros != 0 {
+		t.Errorf("receipts = %+v, %v; want the minute charged by the first, nothing after", rs, err)
+	}
+}

@@ -53,8 +53,10 @@ type options struct {
 	// Preemption (see preempt.go).
 	preemptNotice time.Duration
 	preemptMargin *int64
-	unpaidGrace   time.Duration
-	withhold      bool
+	// The unit leases charge GPU time in (see WithBillingIncrement).
+	chargeIncrement time.Duration
+	unpaidGrace     time.Duration
+	withhold        bool
 	// Credit limits (see credit.go).
 	creditLimit    string // decimal, or "none"
 	creditCurrency string
@@ -242,6 +244,7 @@ type Node struct {
 	leases          *leaseManager // see lease.go
 	perGPU          perGPU        // what each GPU is sold with (see WithResourcesPerGPU)
 	preemptNotice   time.Duration // spot leases' notice before preemption
+	chargeIncrement time.Duration // the unit leases charge GPU time in (see WithBillingIncrement)
 	preemptMargin   int64         // basis points a spot trade must pay more to preempt
 
 	telHist   telemetryHistory // GPU samples over time; see history.go
@@ -295,7 +298,7 @@ func New(opts ...Option) (_ *Node, err error) {
 	}
 	n := &Node{
 		lock: lock,
-		repo: o.repo, now: o.now, offerTTL: o.offerTTL, billingInterval: o.billing, perGPU: o.perGPU,
+		repo: o.repo, now: o.now, offerTTL: o.offerTTL, billingInterval: o.billing, perGPU: o.perGPU, chargeIncrement: o.chargeIncrement,
 		preemptNotice: cmpOrDuration(o.preemptNotice, market.PreemptionNotice), preemptMargin: market.DefaultPreemptMarginBP,
 		log:   o.logger.With("node", filepath.Base(o.repo)),
 		books: newBooks(), own: map[string]*ownOrder{}, pending: map[string]uint32{}, offerCache: map[peer.ID]*proto.Offer{},

@@ -182,6 +182,7 @@ func (n *Node) buildOffer() (*proto.Offer, error) {
 			MinDurationS:      int64(defaultMinLease / time.Second),
 			MaxDurationS:      int64(defaultMaxLease / time.Second),
 			BillingIncrementS: int64(n.billingInterval / time.Second), // what the leases it signs bill at
+			ChargeIncrementS:  int64(n.chargeIncrement / time.Second),
 		},
 		Attestation: proto.AttestationLevel_ATTESTATION_LEVEL_SELF_REPORTED,
 		Addrs:       n.Addrs(),

@@ -611,6 +611,7 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 		if mine.LeaseType.Interruptible() {
 			lease.PreemptionNoticeS = int64(n.preemptNotice / time.Second)
 		}
+		lease.BillingIncrementS = int64(n.chargeIncrement / time.Second)
 		free, err := n.freeGPUs(take.Market)
 		if err != nil {
 			return reject("%v", err)
@@ -649,6 +650,7 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 			}
 		}
 		lease.Gpus = take.Gpus
+		lease.BillingIncrementS = offer.GetTerms().GetChargeIncrementS()
 		if t := offer.GetTerms().GetBillingIncrementS(); t > 0 {
 			lease.BillingIntervalS = t
 		}

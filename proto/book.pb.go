@@ -647,6 +647,10 @@ type Lease struct {
 	// preemption_notice_s is, for a spot lease, how long before an
 	// interruption the provider must give notice (0: the default, 30 s).
 	PreemptionNoticeS int64 `protobuf:"varint,12,opt,name=preemption_notice_s,json=preemptionNoticeS,proto3" json:"preemption_notice_s,omitempty"`
+	// billing_increment_s is the unit GPU time is charged in: 1 (per
+	// second), 60 (per minute) or 3600 (per hour), every started unit in
+	// full; 0 charges to the millisecond.
+	BillingIncrementS int64 `protobuf:"varint,13,opt,name=billing_increment_s,json=billingIncrementS,proto3" json:"billing_increment_s,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -761,6 +765,13 @@ func (x *Lease) GetMarket() string {
 func (x *Lease) GetPreemptionNoticeS() int64 {
 	if x != nil {
 		return x.PreemptionNoticeS
+	}
+	return 0
+}
+
+func (x *Lease) GetBillingIncrementS() int64 {
+	if x != nil {
+		return x.BillingIncrementS
 	}
 	return 0
 }
@@ -1278,7 +1289,7 @@ const file_book_proto_rawDesc = "" +
 	"duration_s\x18\t \x01(\x03R\tdurationS\x12&\n" +
 	"\x0fcreated_unix_ms\x18\n" +
 	" \x01(\x03R\rcreatedUnixMs\x12\x12\n" +
-	"\x04gpus\x18\v \x03(\tR\x04gpus\"\x8a\x03\n" +
+	"\x04gpus\x18\v \x03(\tR\x04gpus\"\xba\x03\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\fR\bprovider\x12\x14\n" +
@@ -1294,7 +1305,8 @@ const file_book_proto_rawDesc = "" +
 	"\rstart_unix_ms\x18\n" +
 	" \x01(\x03R\vstartUnixMs\x12\x16\n" +
 	"\x06market\x18\v \x01(\tR\x06market\x12.\n" +
-	"\x13preemption_notice_s\x18\f \x01(\x03R\x11preemptionNoticeS\"\x87\x01\n" +
+	"\x13preemption_notice_s\x18\f \x01(\x03R\x11preemptionNoticeS\x12.\n" +
+	"\x13billing_increment_s\x18\r \x01(\x03R\x11billingIncrementS\"\x87\x01\n" +
 	"\x06Accept\x12\x14\n" +
 	"\x05maker\x18\x01 \x01(\fR\x05maker\x12\x17\n" +
 	"\atake_id\x18\x02 \x01(\tR\x06takeId\x12&\n" +

@@ -694,12 +694,16 @@ func (x *Discount) GetBasisPoints() uint32 {
 
 // LeaseTerms bound the leases the provider will sign.
 type LeaseTerms struct {
-	state             protoimpl.MessageState `protogen:"open.v1"`
-	MinDurationS      int64                  `protobuf:"varint,1,opt,name=min_duration_s,json=minDurationS,proto3" json:"min_duration_s,omitempty"`
-	MaxDurationS      int64                  `protobuf:"varint,2,opt,name=max_duration_s,json=maxDurationS,proto3" json:"max_duration_s,omitempty"`
-	BillingIncrementS int64                  `protobuf:"varint,3,opt,name=billing_increment_s,json=billingIncrementS,proto3" json:"billing_increment_s,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	MinDurationS int64                  `protobuf:"varint,1,opt,name=min_duration_s,json=minDurationS,proto3" json:"min_duration_s,omitempty"`
+	MaxDurationS int64                  `protobuf:"varint,2,opt,name=max_duration_s,json=maxDurationS,proto3" json:"max_duration_s,omitempty"`
+	// billing_increment_s is how often leases are metered and receipted.
+	BillingIncrementS int64 `protobuf:"varint,3,opt,name=billing_increment_s,json=billingIncrementS,proto3" json:"billing_increment_s,omitempty"`
+	// charge_increment_s is the unit GPU time is charged in (Lease's
+	// billing_increment_s): 0 (to the millisecond), 1, 60 or 3600.
+	ChargeIncrementS int64 `protobuf:"varint,4,opt,name=charge_increment_s,json=chargeIncrementS,proto3" json:"charge_increment_s,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *LeaseTerms) Reset() {
@@ -749,6 +753,13 @@ func (x *LeaseTerms) GetMaxDurationS() int64 {
 func (x *LeaseTerms) GetBillingIncrementS() int64 {
 	if x != nil {
 		return x.BillingIncrementS
+	}
+	return 0
+}
+
+func (x *LeaseTerms) GetChargeIncrementS() int64 {
+	if x != nil {
+		return x.ChargeIncrementS
 	}
 	return 0
 }
@@ -817,12 +828,13 @@ const file_offer_proto_rawDesc = "" +
 	"\x11spot_floor_micros\x18\x04 \x01(\x03R\x0fspotFloorMicros\"S\n" +
 	"\bDiscount\x12$\n" +
 	"\x0emin_duration_s\x18\x01 \x01(\x03R\fminDurationS\x12!\n" +
-	"\fbasis_points\x18\x02 \x01(\rR\vbasisPoints\"\x88\x01\n" +
+	"\fbasis_points\x18\x02 \x01(\rR\vbasisPoints\"\xb6\x01\n" +
 	"\n" +
 	"LeaseTerms\x12$\n" +
 	"\x0emin_duration_s\x18\x01 \x01(\x03R\fminDurationS\x12$\n" +
 	"\x0emax_duration_s\x18\x02 \x01(\x03R\fmaxDurationS\x12.\n" +
-	"\x13billing_increment_s\x18\x03 \x01(\x03R\x11billingIncrementS*}\n" +
+	"\x13billing_increment_s\x18\x03 \x01(\x03R\x11billingIncrementS\x12,\n" +
+	"\x12charge_increment_s\x18\x04 \x01(\x03R\x10chargeIncrementS*}\n" +
 	"\x10AttestationLevel\x12!\n" +
 	"\x1dATTESTATION_LEVEL_UNSPECIFIED\x10\x00\x12#\n" +
 	"\x1fATTESTATION_LEVEL_SELF_REPORTED\x10\x01\x12!\n" +

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node"
 	"github.com/suanli/suanli/node/executor"
 )
@@ -24,6 +25,7 @@ type execFlags struct {
 	ramGiB, diskGiB             uint64
 	notice                      time.Duration
 	margin                      int64
+	increment                   time.Duration
 }
 
 func (f *execFlags) register(fs *flag.FlagSet) {
@@ -38,6 +40,7 @@ func (f *execFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.vcpus, "vcpus-per-gpu", "", "vCPUs sold with each GPU, a `decimal` (default: the host's cores shared out)")
 	fs.Uint64Var(&f.ramGiB, "ram-per-gpu", 0, "RAM in `GiB` sold with each GPU (default: the host's memory shared out)")
 	fs.Uint64Var(&f.diskGiB, "disk-per-gpu", 0, "scratch disk in `GiB` sold with each GPU (default: not stated)")
+	fs.DurationVar(&f.increment, "billing-increment", 0, "charge GPU time in whole `units` of 1s, 1m or 1h (default: to the millisecond)")
 	fs.DurationVar(&f.notice, "preemption-notice", 0, "notice spot leases get before a preemption (default 30s)")
 	fs.Int64Var(&f.margin, "preempt-margin", -1, "basis points more a spot trade must pay per GPU-hour to preempt a spot lease (default 2000)")
 }
@@ -79,6 +82,12 @@ func (f *execFlags) options(sim bool) ([]node.Option, error) {
 			return nil, fmt.Errorf("%w: --preemption-notice %s: want 1s..1h", errUsage, f.notice)
 		}
 		opts = append(opts, node.WithPreemptionNotice(f.notice))
+	}
+	if f.increment != 0 {
+		if !market.ValidBillingIncrement(f.increment) {
+			return nil, fmt.Errorf("%w: --billing-increment %s: want 1s, 1m or 1h", errUsage, f.increment)
+		}
+		opts = append(opts, node.WithBillingIncrement(f.increment))
 	}
 	if f.margin >= 0 {
 		opts = append(opts, node.WithPreemptMargin(f.margin))

@@ -375,6 +375,13 @@ views.lease = async function (arg) {
     ["provider", l.provider], ["buyer", l.buyer], ["GPUs", l.gpus.join(", ")], ["price", l.price + " " + l.currency + " per GPU-hour"],
     ["type", l.lease_type], ["billing", l.billing_interval], ["executor", dash(l.executor)], ["start", when(l.start)], ["end", when(l.end)],
     ["closed", when(l.closed_at)], ["receipts", l.receipts + " (" + l.countersigned + " countersigned)"], ["amount", l.cumulative + " " + l.currency]];
+  // What runs, and where the buyer reaches it.
+  if (l.image) kv.push(["image", l.image + (l.image_digest ? " (" + short(l.image_digest) + ")" : "")]);
+  if (l.container_state) kv.push(["container", l.container_state + (l.gpu_access ? ", GPUs " + l.gpu_access : "")]);
+  for (const ep of l.endpoints || []) kv.push(["port " + ep.container_port, ep.host + ":" + ep.host_port]);
+  if (l.exit) kv.push(["exit", "code " + l.exit.code + (l.exit.oom_killed ? " (OOM-killed)" : "") + (l.exit.signal ? " " + l.exit.signal : "") + (l.exit.error ? " " + l.exit.error : "")]);
+  if (l.preempt_at) kv.push(["preempted", "ends " + when(l.preempt_at)]);
+  if (l.note) kv.push(["note", l.note]);
   return [
     el("p", {}, el("a", { href: "#/node" }, "‹ this node")),
     card("Lease " + short(l.id), el("dl", { class: "kv", id: "lease-detail" }, kv.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]))),
