@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -254,5 +256,39 @@ func TestLeaseDockerProviderRestart(t *testing.T) {
 	}
 	if cs, vs := dockertest.Leftovers(t, c, executor.LeaseLabel, id); len(cs)+len(vs) > 0 {
 		t.Errorf("left containers %v volumes %v", cs, vs)
+	}
+}
+
+// TestProcessWorkloadSeesNoRepo: a process workload runs outside the
+// provider's repo with none of its environment: it cannot find the API
+// token (nor the passphrase) by any path the daemon gives it.
+func TestProcessWorkloadSeesNoRepo(t *testing.T) {
+	t.Setenv("SUANLI_PASSPHRASE", "hunter2-secret")
+	provider, buyer := startLeaseNet(t, node.WithExecutors("reserve", "process"))
+	ctx := marketCtx(t)
+	token, err := os.ReadFile(filepath.Join(provider.Repo(), "api.token"))
+	if err != nil || len(strings.TrimSpace(string(token))) < 16 {
+		t.Fatalf("provider's api.token = %q, %v", token, err)
+	}
+	script := `cat api.token; cat ../api.token; cat "$SUANLI_REPO/api.token"; echo "pwd=$(pwd) repo=$SUANLI_REPO pass=$SUANLI_PASSPHRASE"; env`
+	id := trade(t, ctx, provider, buyer, "4s", "sh", "-c", script)
+	var out string
+	waitFor(t, ctx, "the workload's output", func() (bool, string) {
+		logs, err := buyer.Logs(ctx, id, 0)
+		var b strings.Builder
+		for _, c := range logs.Chunks {
+			b.WriteString(c.Data)
+		}
+		out = b.String()
+		return err == nil && strings.Contains(out, "pwd="), out
+	})
+	if strings.Contains(out, strings.TrimSpace(string(token))) {
+		t.Errorf("the workload read the provider's API token:\n%s", out)
+	}
+	if strings.Contains(out, "hunter2-secret") {
+		t.Errorf("the workload saw the daemon's passphrase:\n%s", out)
+	}
+	if strings.Contains(out, "pwd="+provider.Repo()) {
+		t.Errorf("the workload ran in the provider's repo:\n%s", out)
 	}
 }
