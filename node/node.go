@@ -49,6 +49,7 @@ type options struct {
 	executors   []string
 	unpaidGrace time.Duration
 	withhold    bool
+	host        host.Host // see WithHost (host_option.go)
 }
 
 // WithRepo sets the repo directory. Required.
@@ -231,6 +232,9 @@ type Node struct {
 	offerCache      map[peer.ID]*proto.Offer
 	attest          *attestState  // see attest.go
 	leases          *leaseManager // see lease.go
+
+	// hostInjected: the caller gave the host (WithHost) and closes it.
+	hostInjected bool
 }
 
 var _ API = (*Node)(nil)
@@ -289,6 +293,11 @@ func New(opts ...Option) (_ *Node, err error) {
 	if n.key, err = LoadKey(o.repo, o.passphrase); err != nil {
 		return nil, err
 	}
+	if o.host != nil {
+		if n.key, err = hostKey(o.host); err != nil {
+			return nil, err
+		}
+	}
 	pid, _ := peer.IDFromPrivateKey(n.key)
 	n.log = n.log.With("peer", shortID(pid))
 
@@ -318,7 +327,9 @@ func New(opts ...Option) (_ *Node, err error) {
 	}
 	n.openGPUs(o, cfg)
 
-	if n.host, err = p2p.NewHost(p2p.HostConfig{Key: n.key, Listen: listen, Registerer: n.metrics.reg}); err != nil {
+	if o.host != nil {
+		n.host, n.hostInjected = o.host, true
+	} else if n.host, err = p2p.NewHost(p2p.HostConfig{Key: n.key, Listen: listen, Registerer: n.metrics.reg}); err != nil {
 		return nil, err
 	}
 	validator := p2p.OfferValidator{Now: n.now, OnReject: func(reason string) {
@@ -401,7 +412,7 @@ func (n *Node) Close() error {
 		if n.dht != nil {
 			errs = append(errs, n.dht.Close())
 		}
-		if n.host != nil {
+		if n.host != nil && !n.hostInjected {
 			errs = append(errs, n.host.Close())
 		}
 		// Trades in flight hold tradeMu: let them finish before the store goes.
