@@ -58,6 +58,7 @@ func init() {
 		{"settle", "[--peer P] [--csv] | ack --peer P --amount X", "what is owed, per peer and lease; acknowledge payments", cmdSettle},
 		{"attest", "PEER [--timeout D]", "challenge a provider to prove its GPUs (confidential computing)", cmdAttest},
 		{"devnet", "[--providers N] [--buyers M] [--keep]", "run a whole local market on simulated GPUs", cmdDevnet},
+		{"simnet", "[--nodes N] [--regions R] [--json]", "simulate a many-region network on mocknet, measured against raw libp2p", cmdSimnet},
 		{"version", "", "print the version", cmdVersion},
 	}
 }

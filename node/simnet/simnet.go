@@ -404,3 +404,6 @@ func (h levelHandler) WithAttrs(a []slog.Attr) slog.Handler {
 func (h levelHandler) WithGroup(g string) slog.Handler {
 	return levelHandler{h.min, h.Handler.WithGroup(g)}
 }
+
+// Check reports whether the config (with its defaults) is one Run accepts.
+func (c Config) Check() error { return c.defaults() }
