@@ -235,6 +235,7 @@ type Node struct {
 
 	// hostInjected: the caller gave the host (WithHost) and closes it.
 	hostInjected bool
+	disc         discovery // see discovery.go
 }
 
 var _ API = (*Node)(nil)
