@@ -423,6 +423,15 @@ func (n *Node) syncBook(ctx context.Context, mkt string) (answered bool) {
 			break
 		}
 		asked++
+		answered = n.syncFrom(ctx, mkt, p) || answered
+	}
+	return answered
+}
+
+// syncFrom asks one peer for a market's open orders and recent fills and
+// applies what validates.
+func (n *Node) syncFrom(ctx context.Context, mkt string, p peer.ID) (answered bool) {
+	{
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		msgs, err := p2p.RequestSync(sctx, n.host, p, mkt)
 		cancel()
@@ -447,20 +456,37 @@ func (n *Node) syncBook(ctx context.Context, mkt string) (answered bool) {
 	return answered
 }
 
-// syncOnPeer syncs a market's book once the first peer joins its topic.
+// syncOnPeer syncs a market's book once the first peer joins its topic,
+// and from each peer that joins later (rate-limited): after a partition
+// heals, the orders gossiped on the other side are fetched.
 func (n *Node) syncOnPeer(mkt string, evh *pubsub.TopicEventHandler) {
 	defer n.wg.Done()
 	defer evh.Cancel()
+	synced := false
+	limit := rate.NewLimiter(resyncRate, resyncBurst)
 	for {
 		ev, err := evh.NextPeerEvent(n.ctx)
 		if err != nil {
 			return
 		}
-		if ev.Type == pubsub.PeerJoin && n.syncBook(n.ctx, mkt) {
-			return
+		switch {
+		case ev.Type != pubsub.PeerJoin:
+		case !synced:
+			synced = n.syncBook(n.ctx, mkt)
+		case limit.Allow():
+			// A peer that joins later may have been on the other side of
+			// a partition: ask it what it holds.
+			n.syncFrom(n.ctx, mkt, ev.Peer)
 		}
 	}
 }
+
+// resyncRate and resyncBurst bound the re-syncs from peers that join a
+// market's topic after the first sync, per market.
+const (
+	resyncRate  = 1
+	resyncBurst = 3
+)
 
 // syncAnswer lists a market's open orders and recent fills for a late joiner.
 func (n *Node) syncAnswer(mkt string) []*proto.BookMessage {

@@ -20,6 +20,7 @@ func cmdSimnet(e *env, args []string) error {
 	fs.DurationVar(&cfg.Inter, "inter", 20*time.Millisecond, "one-way latency between regions (at most 40ms)")
 	fs.Float64Var(&cfg.ProviderShare, "providers", 0.25, "share of nodes that are providers, in (0, 1)")
 	fs.IntVar(&cfg.Samples, "samples", 20, "`K` samples per measure")
+	fs.BoolVar(&cfg.Faults, "faults", false, "after the measures: partition east from west and heal, then churn")
 	timeout := fs.Duration("timeout", 30*time.Minute, "fail if the run takes longer than `duration`")
 	logLevel := fs.String("log-level", "info", "progress log level on stderr: debug, info, warn or error")
 	if err := parse(e, fs, args, 0); err != nil {

@@ -50,6 +50,9 @@ type Config struct {
 	Samples int
 	// BillingInterval of the providers' leases. Default 1 s (the minimum).
 	BillingInterval time.Duration
+	// Faults runs, after the core measures, an east-west partition that
+	// heals, then churn (a tenth of the buyers drop out and come back).
+	Faults bool
 	// Dir holds the nodes' repos; empty: a temporary directory, removed.
 	Dir string
 	// Logger for the harness's progress; default: discard. Nodes log
@@ -248,6 +251,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.StartSeconds = time.Since(start).Seconds()
 	if err := s.measure(ctx, net, rep); err != nil {
 		return nil, err
+	}
+	if cfg.Faults {
+		if err := s.faults(ctx, net, rep); err != nil {
+			return nil, fmt.Errorf("simnet: faults: %w", err)
+		}
 	}
 	rep.Seconds = time.Since(start).Seconds()
 	return rep, nil

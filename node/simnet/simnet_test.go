@@ -18,7 +18,7 @@ func TestRunSmall(t *testing.T) {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	samples := 3
-	rep, err := Run(ctx, Config{Nodes: 12, Regions: 3, ProviderShare: 0.25, Samples: samples, Dir: t.TempDir(), Logger: log})
+	rep, err := Run(ctx, Config{Nodes: 12, Regions: 3, ProviderShare: 0.25, Samples: samples, Dir: t.TempDir(), Logger: log, Faults: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,6 +34,7 @@ func TestRunSmall(t *testing.T) {
 	if f.FoundAll != samples {
 		t.Errorf("raw kad-dht found every provider in %d of %d lookups", f.FoundAll, samples)
 	}
+	checkFaults(t, rep, samples)
 	for _, name := range []string{MeasureDiscoveryCold, MeasureDiscoveryWarm, MeasurePropagation, MeasureCrossing, MeasureLeaseRunning, MeasureFirstReceipt} {
 		m, ok := rep.Measure(name)
 		switch {
@@ -43,6 +44,23 @@ func TestRunSmall(t *testing.T) {
 			t.Errorf("measure %q has %d samples, want %d", name, m.Stats.Count, samples)
 		case m.Floor <= 0 || m.Ratio <= 0:
 			t.Errorf("measure %q: floor %v ratio %v, want both above zero", name, m.Floor, m.Ratio)
+		}
+	}
+}
+
+func checkFaults(t *testing.T, rep *Report, samples int) {
+	t.Helper()
+	if rep.Converged == nil || !*rep.Converged {
+		t.Errorf("books converged after heal and churn = %v, want true", rep.Converged)
+	}
+	for _, name := range []string{MeasurePartitionProp, MeasureHealProp, MeasureChurnProp} {
+		if m, ok := rep.Measure(name); !ok || m.Stats.Count != samples {
+			t.Errorf("fault measure %q = %+v, want %d samples", name, m.Stats, samples)
+		}
+	}
+	for _, name := range []string{MeasureHealConverge, MeasureChurnRejoin} {
+		if m, ok := rep.Measure(name); !ok || m.Stats.Count != 1 {
+			t.Errorf("fault measure %q = %+v, want 1 sample", name, m.Stats)
 		}
 	}
 }
