@@ -36,6 +36,7 @@ type discovery struct {
 type lookup struct {
 	at        time.Time
 	providers []peer.ID
+	partial   bool // some offers could not be fetched: refresh at once
 }
 
 // warmOffers returns the unexpired cached offers of the last complete
@@ -50,7 +51,7 @@ func (n *Node) warmOffers(key string) (map[peer.ID]*proto.Offer, bool) {
 		d.mu.Unlock()
 		return nil, false
 	}
-	refresh := now.Sub(l.at) > discoveryRefresh && !d.refreshing[key] && n.ctx.Err() == nil
+	refresh := (l.partial || now.Sub(l.at) > discoveryRefresh) && !d.refreshing[key] && n.ctx.Err() == nil
 	if refresh {
 		if d.refreshing == nil {
 			d.refreshing = map[string]bool{}
@@ -98,7 +99,7 @@ func (n *Node) lookupOffers(ctx context.Context, key string, newest bool) (map[p
 		}
 	}
 	if ctx.Err() == nil {
-		l := lookup{at: now}
+		l := lookup{at: now, partial: err != nil}
 		for p := range offers {
 			l.providers = append(l.providers, p)
 		}

@@ -372,6 +372,18 @@ func (s *sim) startNodes(ctx context.Context, dir string) (*network, error) {
 			return net, fmt.Errorf("simnet: provider %d never published its offer: %w", i, err)
 		}
 	}
+	// Offers published while the network was still forming went to the
+	// peers closest to their keys then; republish once every node is up,
+	// as a provider does at a third of its offer's life, so the measures
+	// see the steady state, as the floor's providers (which provide after
+	// the whole DHT is up) do.
+	if err := parallel(net.providers, 8, func(i int) error {
+		pctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		return net.nodes[i].Publish(pctx)
+	}); err != nil {
+		return net, fmt.Errorf("simnet: republish: %w", err)
+	}
 	return net, nil
 }
 
