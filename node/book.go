@@ -285,7 +285,11 @@ func (n *Node) offerOf(ctx context.Context, p peer.ID, minSeq uint64) (*proto.Of
 	}
 	ctx, cancel := context.WithTimeout(ctx, offerFetchTimeout)
 	defer cancel()
-	f, err := n.dht.FetchOffer(ctx, p)
+	// The first valid record does unless it is older than the order needs.
+	f, err := n.dht.FetchOfferFirst(ctx, p)
+	if err != nil || f.Offer.Seq < minSeq {
+		f, err = n.dht.FetchOffer(ctx, p)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", errOfferUnknown, p, err)
 	}

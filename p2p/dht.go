@@ -204,6 +204,14 @@ func (d *DHT) FindOffers(ctx context.Context, cfg FindConfig) ([]Found, error) {
 	return found, errors.Join(errs...)
 }
 
+// FetchOfferFirst gets one provider's offer: the first record found that
+// validates, without waiting for a quorum (see fetch). Its seq may be older
+// than the newest: callers that need a seq check it and fall back to
+// FetchOffer.
+func (d *DHT) FetchOfferFirst(ctx context.Context, p peer.ID) (Found, error) {
+	return d.fetch(ctx, p, time.Now())
+}
+
 // FetchOffer gets and validates one provider's current offer: the best
 // record of a quorum of answers, for callers that need the newest seq.
 func (d *DHT) FetchOffer(ctx context.Context, p peer.ID) (Found, error) {

@@ -59,6 +59,8 @@ func TestUsageErrors(t *testing.T) {
 		{name: "daemon gpu-sim and no-gpu", args: []string{"--repo", repo, "daemon", "--gpu-sim", "dgxh100", "--no-gpu"}, wantErr: "--gpu-sim and --no-gpu conflict"},
 		{name: "daemon log-level loud", args: []string{"--repo", repo, "daemon", "--log-level", "loud"}, wantErr: "--log-level"},
 		{name: "devnet zero providers", args: []string{"devnet", "--providers", "0"}, wantErr: "--providers and --buyers must be 1..200"},
+		{name: "simnet too few nodes", args: []string{"simnet", "--nodes", "3"}, wantErr: "simnet: 3 nodes, want 4..2000"},
+		{name: "simnet inter latency too high", args: []string{"simnet", "--inter", "50ms"}, wantErr: "want inter 0..40ms"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -167,6 +167,28 @@ func (s *sim) trades(ctx context.Context, net *network, rep *Report, rng *mrand.
 		}
 		asks = append(asks, o.ID)
 	}
+	// Every replica validates each ask against its provider's offer,
+	// fetched from the DHT on first sight; count the replicas that got
+	// every ask.
+	holdAll := func(n *node.Node) bool {
+		for _, id := range asks {
+			if !n.HoldsOrder(Market, "USD", id) {
+				return false
+			}
+		}
+		return true
+	}
+	full := 0
+	waitEvery(ctx, 30*time.Second, 50*time.Millisecond, func() bool {
+		full = 0
+		for _, n := range net.nodes {
+			if holdAll(n) {
+				full++
+			}
+		}
+		return full == len(net.nodes)
+	})
+	rep.AskReplicas, rep.AskReplicasFull = len(net.nodes), full
 	buyers := net.nodes[net.providers:]
 	samples := min(cfg.Samples, 4*net.providers, len(buyers))
 	order := rng.Perm(len(buyers))
@@ -174,16 +196,16 @@ func (s *sim) trades(ctx context.Context, net *network, rep *Report, rng *mrand.
 	var rtts []float64
 	for k := range samples {
 		b := buyers[order[k]]
-		// The taker's replica must hold the asks, or its bid would rest.
+		// The taker's replica must hold an ask, or its bid would rest.
 		if err := waitFor(ctx, time.Minute, func() bool {
 			for _, id := range asks {
-				if !b.HoldsOrder(Market, "USD", id) {
-					return false
+				if b.HoldsOrder(Market, "USD", id) {
+					return true
 				}
 			}
-			return true
+			return false
 		}); err != nil {
-			return fmt.Errorf("simnet: buyer never held every ask: %w", err)
+			return fmt.Errorf("simnet: buyer never held an ask: %w", err)
 		}
 		t0 := time.Now()
 		bid, err := b.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: Market, Count: 1, Price: "2.50", Duration: "5s", Expires: "1m"})

@@ -63,19 +63,25 @@ type Measure struct {
 
 // Report is what a run measured.
 type Report struct {
-	Nodes        int       `json:"nodes"`
-	Regions      int       `json:"regions"`
-	RegionNames  []string  `json:"region_names"`
-	Providers    int       `json:"providers"`
-	Intra        string    `json:"intra_latency"`
-	Inter        string    `json:"inter_latency"`
-	Samples      int       `json:"samples"`
-	Floors       Floors    `json:"floors"`
-	Measures     []Measure `json:"measures"`
-	Faults       []Measure `json:"faults,omitempty"`
-	Converged    *bool     `json:"converged,omitempty"`
-	StartSeconds float64   `json:"start_seconds"`
-	Seconds      float64   `json:"seconds"`
+	Nodes       int       `json:"nodes"`
+	Regions     int       `json:"regions"`
+	RegionNames []string  `json:"region_names"`
+	Providers   int       `json:"providers"`
+	Intra       string    `json:"intra_latency"`
+	Inter       string    `json:"inter_latency"`
+	Samples     int       `json:"samples"`
+	Floors      Floors    `json:"floors"`
+	Measures    []Measure `json:"measures"`
+	Faults      []Measure `json:"faults,omitempty"`
+	Converged   *bool     `json:"converged,omitempty"`
+	// FaultsError says why the fault runs stopped early, if they did.
+	FaultsError string `json:"faults_error,omitempty"`
+	// AskReplicasFull of AskReplicas replicas held every provider's ask
+	// 30 s after they were placed.
+	AskReplicas     int     `json:"ask_replicas"`
+	AskReplicasFull int     `json:"ask_replicas_full"`
+	StartSeconds    float64 `json:"start_seconds"`
+	Seconds         float64 `json:"seconds"`
 }
 
 // Measure returns the named measure, or false.
@@ -141,6 +147,10 @@ func (r *Report) Print(w io.Writer) {
 		if m.Note != "" {
 			fmt.Fprintf(w, "note: %s: %s\n", m.Name, m.Note)
 		}
+	}
+	fmt.Fprintf(w, "asks: %d of %d replicas held every provider's ask within 30 s\n", r.AskReplicasFull, r.AskReplicas)
+	if r.FaultsError != "" {
+		fmt.Fprintf(w, "faults stopped early: %s\n", r.FaultsError)
 	}
 	if r.Converged != nil {
 		fmt.Fprintf(w, "books converged after heal: %v\n", *r.Converged)

@@ -253,8 +253,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	if cfg.Faults {
+		// A fault run that fails still leaves the core measures to report.
 		if err := s.faults(ctx, net, rep); err != nil {
-			return nil, fmt.Errorf("simnet: faults: %w", err)
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			rep.FaultsError = err.Error()
 		}
 	}
 	rep.Seconds = time.Since(start).Seconds()

@@ -50,6 +50,9 @@ func TestRunSmall(t *testing.T) {
 
 func checkFaults(t *testing.T, rep *Report, samples int) {
 	t.Helper()
+	if rep.FaultsError != "" {
+		t.Errorf("faults: %s", rep.FaultsError)
+	}
 	if rep.Converged == nil || !*rep.Converged {
 		t.Errorf("books converged after heal and churn = %v, want true", rep.Converged)
 	}
