@@ -435,26 +435,24 @@ func (n *Node) syncBook(ctx context.Context, mkt string) (answered bool) {
 // syncFrom asks one peer for a market's open orders and recent fills and
 // applies what validates.
 func (n *Node) syncFrom(ctx context.Context, mkt string, p peer.ID) (answered bool) {
-	{
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		msgs, err := p2p.RequestSync(sctx, n.host, p, mkt)
-		cancel()
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	msgs, err := p2p.RequestSync(sctx, n.host, p, mkt)
+	cancel()
+	if err != nil {
+		n.log.Debug("book sync failed", "peer", p, "err", err)
+	} else {
+		answered = true
+	}
+	for _, data := range msgs {
+		ev, err := p2p.DecodeBook(data, mkt, n.now())
 		if err != nil {
-			n.log.Debug("book sync failed", "peer", p, "err", err)
-		} else {
-			answered = true
+			// A fill may outlive the orders it names; anything else
+			// that fails is the peer's fault.
+			n.metrics.rejects.WithLabelValues("sync", p2p.BookReason(err)).Inc()
+			continue
 		}
-		for _, data := range msgs {
-			ev, err := p2p.DecodeBook(data, mkt, n.now())
-			if err != nil {
-				// A fill may outlive the orders it names; anything else
-				// that fails is the peer's fault.
-				n.metrics.rejects.WithLabelValues("sync", p2p.BookReason(err)).Inc()
-				continue
-			}
-			if n.checkBookEvent(ctx, ev) == pubsub.ValidationAccept {
-				n.applyBook(mkt, ev)
-			}
+		if n.checkBookEvent(ctx, ev) == pubsub.ValidationAccept {
+			n.applyBook(mkt, ev)
 		}
 	}
 	return answered
