@@ -117,7 +117,11 @@ type entry struct {
 	seq       uint64
 	lvl       *level
 	prev      *entry
-	o         Order
+	// The order's place in its level's list of its region (see
+	// regionindex.go).
+	rl           *regionList
+	rnext, rprev *entry
+	o            Order
 }
 
 type level struct {
@@ -125,6 +129,7 @@ type level struct {
 	qty        uint64 // sum of the orders' remaining quantity
 	n          int
 	head, tail *entry
+	regions    []*regionList // the level's orders by region, each a FIFO
 }
 
 // bookSide keeps its levels sorted worst first, so the best is last: the
@@ -133,6 +138,7 @@ type bookSide struct {
 	side   Side
 	levels []*level
 	free   []*level
+	rfree  []*regionList
 }
 
 type tombState uint8
@@ -459,6 +465,7 @@ func (s *bookSide) insert(e *entry) {
 	l.tail = e
 	l.n++
 	l.qty += uint64(e.remaining)
+	s.linkRegion(l, e)
 }
 
 // unlink takes e out of its level, dropping the level when it empties.
@@ -476,6 +483,7 @@ func (s *bookSide) unlink(e *entry) {
 	}
 	l.n--
 	l.qty -= uint64(e.remaining)
+	s.unlinkRegion(l, e)
 	e.prev, e.next, e.lvl = nil, nil, nil
 	if l.n > 0 {
 		return
@@ -484,7 +492,7 @@ func (s *bookSide) unlink(e *entry) {
 	copy(s.levels[i:], s.levels[i+1:])
 	s.levels[len(s.levels)-1] = nil
 	s.levels = s.levels[:len(s.levels)-1]
-	*l = level{}
+	*l = level{regions: l.regions[:0]}
 	if len(s.free) < freeEntries {
 		s.free = append(s.free, l)
 	}

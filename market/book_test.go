@@ -28,6 +28,36 @@ func mustAdd(t testing.TB, b *Book, orders ...*Order) {
 	}
 }
 
+// checkRegions verifies a level's region index: every order in exactly the
+// list of its region, each list in arrival order.
+func checkRegions(l *level) error {
+	seen := map[*entry]bool{}
+	regions := map[string]bool{}
+	for _, rl := range l.regions {
+		if rl.n == 0 || regions[rl.region] {
+			return fmt.Errorf("region list %q empty or twice", rl.region)
+		}
+		regions[rl.region] = true
+		n := 0
+		var prev *entry
+		for e := rl.head; e != nil; e = e.rnext {
+			if e.rl != rl || e.rprev != prev || e.o.Facts.Region != rl.region || e.lvl != l || (prev != nil && prev.seq >= e.seq) {
+				return fmt.Errorf("order %s: broken region links", e.o.ID)
+			}
+			seen[e] = true
+			prev = e
+			n++
+		}
+		if n != rl.n || rl.tail != prev {
+			return fmt.Errorf("region list %q holds %d, counts %d", rl.region, n, rl.n)
+		}
+	}
+	if len(seen) != l.n {
+		return fmt.Errorf("%d orders in region lists, %d in the level", len(seen), l.n)
+	}
+	return nil
+}
+
 // checkBook verifies the book's structural invariants.
 func checkBook(b *Book) error {
 	total := 0
@@ -60,6 +90,9 @@ func checkBook(b *Book) error {
 			}
 			if n == 0 || n != l.n || qty != l.qty || l.tail != prev {
 				return fmt.Errorf("%s level %d: %d orders, %d GPUs, holds %d, %d", s.side, l.price, l.n, l.qty, n, qty)
+			}
+			if err := checkRegions(l); err != nil {
+				return fmt.Errorf("%s level %d: %w", s.side, l.price, err)
 			}
 			total += n
 		}

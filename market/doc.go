@@ -7,7 +7,9 @@
 // (offer rules, search filters and sorting); order.go (orders, sides,
 // flags, constraints, validation and reject reasons); book.go (the book:
 // price levels with FIFO queues, cancel, expiry sweep, replay memory);
-// match.go (matching proposals, crossing, fills, spot price); index.go (the
+// match.go (matching proposals, crossing, fills, spot price);
+// regionindex.go (each level's orders by region, so a region-constrained
+// bid visits only matching asks); index.go (the
 // manipulation-resistant price index); lease_type.go (spot, on-demand,
 // reserved; reserved discounts; spot preemption); lease.go (the lease state
 // machine: starting, running, ending, closed, with a reason); receipt.go

@@ -116,12 +116,19 @@ func (b *Book) match(dst []Match, o *Order, want uint32, now int64, used map[*en
 	start := len(dst)
 	opp := b.sideOf(o.Side.Opposite())
 	left := want
+	var cur regionCursor
 	for i := len(opp.levels) - 1; i >= 0 && left > 0; i-- {
 		l := opp.levels[i]
 		if !crosses(o.Side, o.Price, l.price) {
 			break
 		}
-		for e := l.head; e != nil && left > 0; e = e.next {
+		// A bid constrained to regions visits only the asks in them.
+		indexed := o.Side == Bid && len(o.Constraints.Regions) > 0 && cur.reset(l, o.Constraints.Regions)
+		e := l.head
+		if indexed {
+			e = cur.next()
+		}
+		for ; e != nil && left > 0; e = nextOf(e, indexed, &cur) {
 			if e.exp <= now || e.o.Maker == o.Maker {
 				continue
 			}
@@ -151,6 +158,15 @@ func (b *Book) match(dst []Match, o *Order, want uint32, now int64, used map[*en
 		return dst[:start], ErrWouldCross
 	}
 	return dst, nil
+}
+
+// nextOf is the order after e: in its level's FIFO, or with indexed in the
+// cursor over the accepted regions.
+func nextOf(e *entry, indexed bool, cur *regionCursor) *entry {
+	if indexed {
+		return cur.next()
+	}
+	return e.next
 }
 
 // Cross is what one of a node's resting orders would take now.

@@ -285,7 +285,11 @@ func (n *Node) offerOf(ctx context.Context, p peer.ID, minSeq uint64) (*proto.Of
 	}
 	ctx, cancel := context.WithTimeout(ctx, offerFetchTimeout)
 	defer cancel()
-	f, err := n.dht.FetchOffer(ctx, p)
+	// The first valid record does unless it is older than the order needs.
+	f, err := n.dht.FetchOfferFirst(ctx, p)
+	if err != nil || f.Offer.Seq < minSeq {
+		f, err = n.dht.FetchOffer(ctx, p)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", errOfferUnknown, p, err)
 	}
@@ -432,44 +436,68 @@ func (n *Node) syncBook(ctx context.Context, mkt string) (answered bool) {
 			break
 		}
 		asked++
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		msgs, err := p2p.RequestSync(sctx, n.host, p, mkt)
-		cancel()
+		answered = n.syncFrom(ctx, mkt, p) || answered
+	}
+	return answered
+}
+
+// syncFrom asks one peer for a market's open orders and recent fills and
+// applies what validates.
+func (n *Node) syncFrom(ctx context.Context, mkt string, p peer.ID) (answered bool) {
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	msgs, err := p2p.RequestSync(sctx, n.host, p, mkt)
+	cancel()
+	if err != nil {
+		n.log.Debug("book sync failed", "peer", p, "err", err)
+	} else {
+		answered = true
+	}
+	for _, data := range msgs {
+		ev, err := p2p.DecodeBook(data, mkt, n.now())
 		if err != nil {
-			n.log.Debug("book sync failed", "peer", p, "err", err)
-		} else {
-			answered = true
+			// A fill may outlive the orders it names; anything else
+			// that fails is the peer's fault.
+			n.metrics.rejects.WithLabelValues("sync", p2p.BookReason(err)).Inc()
+			continue
 		}
-		for _, data := range msgs {
-			ev, err := p2p.DecodeBook(data, mkt, n.now())
-			if err != nil {
-				// A fill may outlive the orders it names; anything else
-				// that fails is the peer's fault.
-				n.metrics.rejects.WithLabelValues("sync", p2p.BookReason(err)).Inc()
-				continue
-			}
-			if n.checkBookEvent(ctx, ev) == pubsub.ValidationAccept {
-				n.applyBook(mkt, ev)
-			}
+		if n.checkBookEvent(ctx, ev) == pubsub.ValidationAccept {
+			n.applyBook(mkt, ev)
 		}
 	}
 	return answered
 }
 
-// syncOnPeer syncs a market's book once the first peer joins its topic.
+// syncOnPeer syncs a market's book once the first peer joins its topic,
+// and from each peer that joins later (rate-limited): after a partition
+// heals, the orders gossiped on the other side are fetched.
 func (n *Node) syncOnPeer(mkt string, evh *pubsub.TopicEventHandler) {
 	defer n.wg.Done()
 	defer evh.Cancel()
+	synced := false
+	limit := rate.NewLimiter(resyncRate, resyncBurst)
 	for {
 		ev, err := evh.NextPeerEvent(n.ctx)
 		if err != nil {
 			return
 		}
-		if ev.Type == pubsub.PeerJoin && n.syncBook(n.ctx, mkt) {
-			return
+		switch {
+		case ev.Type != pubsub.PeerJoin:
+		case !synced:
+			synced = n.syncBook(n.ctx, mkt)
+		case limit.Allow():
+			// A peer that joins later may have been on the other side of
+			// a partition: ask it what it holds.
+			n.syncFrom(n.ctx, mkt, ev.Peer)
 		}
 	}
 }
+
+// resyncRate and resyncBurst bound the re-syncs from peers that join a
+// market's topic after the first sync, per market.
+const (
+	resyncRate  = 1
+	resyncBurst = 3
+)
 
 // syncAnswer lists a market's open orders and recent fills for a late joiner.
 func (n *Node) syncAnswer(mkt string) []*proto.BookMessage {

@@ -60,6 +60,7 @@ type options struct {
 	// Credit limits (see credit.go).
 	creditLimit    string // decimal, or "none"
 	creditCurrency string
+	host           host.Host // see WithHost (host_option.go)
 }
 
 // WithRepo sets the repo directory. Required.
@@ -252,6 +253,10 @@ type Node struct {
 	republish chan struct{}    // capacity changed: publish now (see capacity.go)
 	credit    creditPolicy     // see credit.go
 	standing  standingAsks     // see replenish.go
+
+	// hostInjected: the caller gave the host (WithHost) and closes it.
+	hostInjected bool
+	disc         discovery // see discovery.go
 }
 
 var _ API = (*Node)(nil)
@@ -315,6 +320,11 @@ func New(opts ...Option) (_ *Node, err error) {
 	if n.key, err = LoadKey(o.repo, o.passphrase); err != nil {
 		return nil, err
 	}
+	if o.host != nil {
+		if n.key, err = hostKey(o.host); err != nil {
+			return nil, err
+		}
+	}
 	pid, _ := peer.IDFromPrivateKey(n.key)
 	n.log = n.log.With("peer", shortID(pid))
 
@@ -347,7 +357,9 @@ func New(opts ...Option) (_ *Node, err error) {
 	}
 	n.openGPUs(o, cfg)
 
-	if n.host, err = p2p.NewHost(p2p.HostConfig{Key: n.key, Listen: listen, Registerer: n.metrics.reg}); err != nil {
+	if o.host != nil {
+		n.host, n.hostInjected = o.host, true
+	} else if n.host, err = p2p.NewHost(p2p.HostConfig{Key: n.key, Listen: listen, Registerer: n.metrics.reg}); err != nil {
 		return nil, err
 	}
 	validator := p2p.OfferValidator{Now: n.now, OnReject: func(reason string) {
@@ -430,7 +442,7 @@ func (n *Node) Close() error {
 		if n.dht != nil {
 			errs = append(errs, n.dht.Close())
 		}
-		if n.host != nil {
+		if n.host != nil && !n.hostInjected {
 			errs = append(errs, n.host.Close())
 		}
 		// Trades in flight hold tradeMu: let them finish before the store goes.

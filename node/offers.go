@@ -12,8 +12,10 @@ import (
 
 // Offers implements API: it finds the providers of the queried market in
 // the DHT (all providers when the GPU filter is not an exact market key),
-// fetches and validates each offer, caches it in Badger, and filters and
-// sorts. If the network yields nothing, unexpired cached offers are used.
+// fetches and validates each offer, caches it in memory and Badger, and
+// filters and sorts. After a complete lookup, calls answer from memory for
+// a while and refresh in the background (see discovery.go). If the network
+// yields nothing, unexpired offers cached in Badger are used.
 func (n *Node) Offers(ctx context.Context, q OfferQuery) ([]OfferView, error) {
 	f, err := q.filter()
 	if err != nil {
@@ -25,19 +27,15 @@ func (n *Node) Offers(ctx context.Context, q OfferQuery) ([]OfferView, error) {
 	if market.ValidMarketKey(q.GPU) && isFullMarketKey(q.GPU) {
 		key = q.GPU
 	}
-	found, ferr := n.dht.FindOffers(ctx, p2p.FindConfig{Market: key, Now: n.now})
-	if ferr != nil {
-		n.log.Debug("some offers could not be fetched", "err", ferr)
-	}
-	offers := map[peer.ID]*proto.Offer{}
-	for _, fo := range found {
-		n.metrics.found.Inc()
-		offers[fo.Provider] = fo.Offer
-		if err := n.store.putOffer(fo.Provider, fo.Envelope); err != nil {
-			n.log.Warn("caching offer failed", "err", err)
+	offers, warm := n.warmOffers(key)
+	if !warm {
+		var ferr error
+		offers, ferr = n.lookupOffers(ctx, key, false)
+		if ferr != nil {
+			n.log.Debug("some offers could not be fetched", "err", ferr)
 		}
 	}
-	if len(found) == 0 {
+	if len(offers) == 0 {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}

@@ -548,9 +548,13 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 		return reject("taker order does not belong to the take")
 	}
 
-	// Fetch what may need the network before taking the lock.
-	if _, err := n.offerOf(ctx, from, 0); err != nil && to.Side == market.Ask {
-		return reject("taker's offer: %v", err)
+	// Fetch what may need the network before taking the lock. Only a
+	// taking ask has an offer: looking one up for a buyer's bid is a DHT
+	// lookup that ends in not-found, a wait the trade has no use for.
+	if to.Side == market.Ask {
+		if _, err := n.offerOf(ctx, from, 0); err != nil {
+			return reject("taker's offer: %v", err)
+		}
 	}
 	n.tradeMu.Lock()
 	defer n.tradeMu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
+	"github.com/libp2p/go-libp2p/core/routing"
 
 	"github.com/suanli/suanli/proto"
 )
@@ -137,10 +138,15 @@ type Found struct {
 type FindConfig struct {
 	// Market is an exact market key, or AnyMarket ("" means AnyMarket).
 	Market string
-	// Concurrency bounds parallel GetValue calls. Default 8.
+	// Concurrency bounds parallel offer fetches. Default 32.
 	Concurrency int
 	// Now is the clock offers are validated against; nil means time.Now.
 	Now func() time.Time
+	// Newest fetches each offer with a quorum of answers and keeps the
+	// best (as FetchOffer), instead of taking the first valid record: for
+	// background refreshes, which must see a republished seq but keep
+	// nobody waiting.
+	Newest bool
 }
 
 // FindOffers finds the providers of a market and fetches and validates each
@@ -154,7 +160,7 @@ func (d *DHT) FindOffers(ctx context.Context, cfg FindConfig) ([]Found, error) {
 	}
 	conc := cfg.Concurrency
 	if conc <= 0 {
-		conc = 8
+		conc = 32
 	}
 	now := cfg.Now
 	if now == nil {
@@ -180,7 +186,11 @@ func (d *DHT) FindOffers(ctx context.Context, cfg FindConfig) ([]Found, error) {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			f, err := d.fetch(ctx, ai.ID, now())
+			fetch := d.fetch
+			if cfg.Newest {
+				fetch = d.fetchBest
+			}
+			f, err := fetch(ctx, ai.ID, now())
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -194,12 +204,21 @@ func (d *DHT) FindOffers(ctx context.Context, cfg FindConfig) ([]Found, error) {
 	return found, errors.Join(errs...)
 }
 
-// FetchOffer gets and validates one provider's current offer.
-func (d *DHT) FetchOffer(ctx context.Context, p peer.ID) (Found, error) {
+// FetchOfferFirst gets one provider's offer: the first record found that
+// validates, without waiting for a quorum (see fetch). Its seq may be older
+// than the newest: callers that need a seq check it and fall back to
+// FetchOffer.
+func (d *DHT) FetchOfferFirst(ctx context.Context, p peer.ID) (Found, error) {
 	return d.fetch(ctx, p, time.Now())
 }
 
-func (d *DHT) fetch(ctx context.Context, p peer.ID, now time.Time) (Found, error) {
+// FetchOffer gets and validates one provider's current offer: the best
+// record of a quorum of answers, for callers that need the newest seq.
+func (d *DHT) FetchOffer(ctx context.Context, p peer.ID) (Found, error) {
+	return d.fetchBest(ctx, p, time.Now())
+}
+
+func (d *DHT) fetchBest(ctx context.Context, p peer.ID, now time.Time) (Found, error) {
 	env, err := d.dht.GetValue(ctx, proto.OfferKey(p))
 	if err != nil {
 		return Found{}, fmt.Errorf("get offer: %w", err)
@@ -212,6 +231,40 @@ func (d *DHT) fetch(ctx context.Context, p peer.ID, now time.Time) (Found, error
 		return Found{}, fmt.Errorf("%w: asked for %s", ErrOfferSigner, p)
 	}
 	return Found{Provider: p, Envelope: env, Offer: o}, nil
+}
+
+// fetch searches the DHT for a provider's offer and returns the first
+// record that validates and is signed by the provider, without waiting for
+// a quorum of answers: offers carry their own signature, seq and expiry, so
+// one valid record is a usable answer, and the caller keeps the newest seq
+// it has seen (records with a lower seq than one already held are
+// harmless: they expire). The search stops once it has an answer.
+func (d *DHT) fetch(ctx context.Context, p peer.ID, now time.Time) (Found, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	vals, err := d.dht.SearchValue(ctx, proto.OfferKey(p))
+	if err != nil {
+		return Found{}, fmt.Errorf("get offer: %w", err)
+	}
+	var last error
+	for env := range vals {
+		o, signer, err := OpenOffer(env, now)
+		if err == nil && signer != p {
+			err = fmt.Errorf("%w: asked for %s", ErrOfferSigner, p)
+		}
+		if err != nil {
+			last = err
+			continue
+		}
+		return Found{Provider: p, Envelope: env, Offer: o}, nil
+	}
+	if last != nil {
+		return Found{}, last
+	}
+	if ctx.Err() != nil {
+		return Found{}, fmt.Errorf("get offer: %w", ctx.Err())
+	}
+	return Found{}, fmt.Errorf("get offer: %w", routing.ErrNotFound)
 }
 
 // Providers finds up to max providers of a market (or AnyMarket) and adds

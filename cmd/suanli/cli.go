@@ -63,6 +63,7 @@ func init() {
 		{"status", "", "one screen: peers, markets, offer, open orders, running leases, what is owed", cmdStatus},
 		{"config", "show [KEY] | set KEY VALUE...", "show or change the repo's config, validated", cmdConfig},
 		{"completion", "bash|zsh|fish", "print a shell completion script", cmdCompletion},
+		{"simnet", "[--nodes N] [--regions R] [--json]", "simulate a many-region network on mocknet, measured against raw libp2p", cmdSimnet},
 		{"version", "", "print the version", cmdVersion},
 	}
 }

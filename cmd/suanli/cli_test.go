@@ -68,6 +68,8 @@ func TestUsageErrors(t *testing.T) {
 		{name: "bid exec and image", args: []string{"--repo", repo, "bid", "--gpu", "x", "--count", "1", "--price", "1", "--duration", "1m", "--image", "a/b", "--exec", "--", "sh"}, wantErr: "conflict"},
 		{name: "evidence verify without file", args: []string{"--repo", repo, "evidence", "verify"}, wantErr: "needs --file"},
 		{name: "devnet zero providers", args: []string{"devnet", "--providers", "0"}, wantErr: "--providers and --buyers must be 1..200"},
+		{name: "simnet too few nodes", args: []string{"simnet", "--nodes", "3"}, wantErr: "simnet: 3 nodes, want 4..2000"},
+		{name: "simnet inter latency too high", args: []string{"simnet", "--inter", "50ms"}, wantErr: "want inter 0..40ms"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/suanli/suanli/node/simnet"
+)
+
+func cmdSimnet(e *env, args []string) error {
+	fs := flag.NewFlagSet("simnet", flag.ContinueOnError)
+	var cfg simnet.Config
+	fs.IntVar(&cfg.Nodes, "nodes", 100, "`N` Suanli nodes")
+	fs.IntVar(&cfg.Regions, "regions", 4, "`R` regions (CN-SH, CN-GZ, CN-NM, CN-GZ-W, then CN-R5...)")
+	fs.DurationVar(&cfg.Intra, "intra", 2*time.Millisecond, "one-way latency inside a region")
+	fs.DurationVar(&cfg.Inter, "inter", 20*time.Millisecond, "one-way latency between regions (at most 40ms)")
+	fs.Float64Var(&cfg.ProviderShare, "providers", 0.25, "share of nodes that are providers, in (0, 1)")
+	fs.IntVar(&cfg.Samples, "samples", 20, "`K` samples per measure")
+	fs.BoolVar(&cfg.Faults, "faults", false, "after the measures: partition east from west and heal, then churn")
+	timeout := fs.Duration("timeout", 30*time.Minute, "fail if the run takes longer than `duration`")
+	logLevel := fs.String("log-level", "info", "progress log level on stderr: debug, info, warn or error")
+	if err := parse(e, fs, args, 0); err != nil {
+		return err
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("%w: --log-level: %v", errUsage, err)
+	}
+	if err := cfg.Check(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: lvl}))
+	ctx, stop := signalContext()
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	rep, err := simnet.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if e.json {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	rep.Print(e.stdout)
+	return nil
+}

@@ -1,0 +1,159 @@
+package simnet
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"text/tabwriter"
+	"time"
+)
+
+// Stats are the percentiles of a set of durations, in milliseconds.
+type Stats struct {
+	Count int     `json:"count"`
+	P50   float64 `json:"p50_ms"`
+	P95   float64 `json:"p95_ms"`
+	P99   float64 `json:"p99_ms"`
+	Max   float64 `json:"max_ms"`
+}
+
+func statsOf(ds []time.Duration) Stats {
+	if len(ds) == 0 {
+		return Stats{}
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	pct := func(p float64) float64 {
+		// Nearest rank.
+		i := int(p*float64(len(s))+0.999999) - 1
+		i = max(0, min(i, len(s)-1))
+		return ms(s[i])
+	}
+	return Stats{Count: len(s), P50: pct(0.50), P95: pct(0.95), P99: pct(0.99), Max: ms(s[len(s)-1])}
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// pick returns the named percentile.
+func (s Stats) pick(p string) float64 {
+	switch p {
+	case "p95":
+		return s.P95
+	case "p99":
+		return s.P99
+	}
+	return s.P50
+}
+
+// Measure is one measured quantity beside its floor.
+type Measure struct {
+	Name  string `json:"name"`
+	Stats Stats  `json:"stats"`
+	// Floor is the same-run floor at the percentile Compare names, in ms,
+	// and Ratio the measure over it at that percentile.
+	FloorName string  `json:"floor_name"`
+	Floor     float64 `json:"floor_ms"`
+	Compare   string  `json:"compare"`
+	Ratio     float64 `json:"ratio"`
+	// Goal is the ratio to meet (0: none); Met whether it was.
+	Goal float64 `json:"goal,omitempty"`
+	Met  *bool   `json:"met,omitempty"`
+	Note string  `json:"note,omitempty"`
+}
+
+// Report is what a run measured.
+type Report struct {
+	Nodes       int       `json:"nodes"`
+	Regions     int       `json:"regions"`
+	RegionNames []string  `json:"region_names"`
+	Providers   int       `json:"providers"`
+	Intra       string    `json:"intra_latency"`
+	Inter       string    `json:"inter_latency"`
+	Samples     int       `json:"samples"`
+	Floors      Floors    `json:"floors"`
+	Measures    []Measure `json:"measures"`
+	Faults      []Measure `json:"faults,omitempty"`
+	Converged   *bool     `json:"converged,omitempty"`
+	// FaultsError says why the fault runs stopped early, if they did.
+	FaultsError string `json:"faults_error,omitempty"`
+	// AskReplicasFull of AskReplicas replicas held every provider's ask
+	// 30 s after they were placed.
+	AskReplicas     int     `json:"ask_replicas"`
+	AskReplicasFull int     `json:"ask_replicas_full"`
+	StartSeconds    float64 `json:"start_seconds"`
+	Seconds         float64 `json:"seconds"`
+}
+
+// Measure returns the named measure, or false.
+func (r *Report) Measure(name string) (Measure, bool) {
+	for _, m := range append(slices.Clone(r.Measures), r.Faults...) {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return Measure{}, false
+}
+
+func (r *Report) add(m Measure, faults bool) {
+	if m.Floor > 0 {
+		m.Ratio = m.Stats.pick(m.Compare) / m.Floor
+	}
+	if m.Goal > 0 && m.Floor > 0 {
+		met := m.Ratio <= m.Goal
+		m.Met = &met
+	}
+	if faults {
+		r.Faults = append(r.Faults, m)
+	} else {
+		r.Measures = append(r.Measures, m)
+	}
+}
+
+// Print writes the report as a table.
+func (r *Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "simnet: %d nodes (%d providers) in %d regions %v, latency %s intra / %s inter (one way), %d samples per measure\n",
+		r.Nodes, r.Providers, r.Regions, r.RegionNames, r.Intra, r.Inter, r.Samples)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "measure\tn\tp50 ms\tp95 ms\tp99 ms\tfloor\tfloor ms\tratio\tgoal\t")
+	row := func(m Measure) {
+		goal := "-"
+		if m.Goal > 0 {
+			goal = fmt.Sprintf("<= %.1fx", m.Goal)
+			if m.Met != nil && !*m.Met {
+				goal += " MISSED"
+			} else if m.Met != nil {
+				goal += " met"
+			}
+		}
+		ratio, floor := "-", "-"
+		if m.Floor > 0 {
+			ratio = fmt.Sprintf("%.2fx (%s)", m.Ratio, m.Compare)
+			floor = fmt.Sprintf("%.1f", m.Floor)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t\n",
+			m.Name, m.Stats.Count, m.Stats.P50, m.Stats.P95, m.Stats.P99, m.FloorName, floor, ratio, goal)
+	}
+	for _, m := range r.Measures {
+		row(m)
+	}
+	for _, m := range r.Faults {
+		row(m)
+	}
+	tw.Flush()
+	f := r.Floors
+	fmt.Fprintf(w, "floors: find-providers p50 %.1f p95 %.1f ms (%d/%d found all); gossip p50 %.1f p99 %.1f ms; rtt intra p50 %.1f, inter p50 %.1f ms\n",
+		f.FindProviders.P50, f.FindProviders.P95, f.FoundAll, f.FindProviders.Count, f.Gossip.P50, f.Gossip.P99, f.RTTIntra.P50, f.RTTInter.P50)
+	for _, m := range append(slices.Clone(r.Measures), r.Faults...) {
+		if m.Note != "" {
+			fmt.Fprintf(w, "note: %s: %s\n", m.Name, m.Note)
+		}
+	}
+	fmt.Fprintf(w, "asks: %d of %d replicas held every provider's ask within 30 s\n", r.AskReplicasFull, r.AskReplicas)
+	if r.FaultsError != "" {
+		fmt.Fprintf(w, "faults stopped early: %s\n", r.FaultsError)
+	}
+	if r.Converged != nil {
+		fmt.Fprintf(w, "books converged after heal: %v\n", *r.Converged)
+	}
+	fmt.Fprintf(w, "network up in %.1fs, run %.1fs\n", r.StartSeconds, r.Seconds)
+}

@@ -1,0 +1,433 @@
+// Package simnet runs a simulated many-region Suanli network in one process:
+// real nodes (DHT, gossipsub, Badger, simulated GPUs) on go-libp2p's mocknet
+// with per-link latency, measured against raw libp2p floors (kad-dht,
+// gossipsub, ping) run on the same mocknet in the same run.
+package simnet
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
+	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/suanli/suanli/node"
+)
+
+// DefaultRegions are the first regions nodes are spread over, round robin:
+// two "east" (low latency, near users) and two "west" (cheap compute).
+var DefaultRegions = []string{"CN-SH", "CN-GZ", "CN-NM", "CN-GZ-W"}
+
+// Market is the market every simulated provider trades in (dgxh100).
+const Market = "nvidia-h100-sxm5-80gb"
+
+// Config sizes a simulation. Zero values take the defaults written on each
+// field.
+type Config struct {
+	// Nodes is the number of Suanli nodes. Default 100.
+	Nodes int
+	// Regions is how many regions the nodes are spread over, round robin.
+	// Default 4 (DefaultRegions, then CN-R5, CN-R6, ...).
+	Regions int
+	// Intra is the one-way latency inside a region, Inter between regions.
+	// Defaults 2 ms and 20 ms; Inter at most 40 ms.
+	Intra, Inter time.Duration
+	// ProviderShare is the share of nodes that are providers, in (0, 1).
+	// Default 0.25.
+	ProviderShare float64
+	// Samples is how many times each measure is taken. Default 20.
+	Samples int
+	// BillingInterval of the providers' leases. Default 1 s (the minimum).
+	BillingInterval time.Duration
+	// Faults runs, after the core measures, an east-west partition that
+	// heals, then churn (a tenth of the buyers drop out and come back).
+	Faults bool
+	// Dir holds the nodes' repos; empty: a temporary directory, removed.
+	Dir string
+	// Logger for the harness's progress; default: discard. Nodes log
+	// errors only, to the same handler.
+	Logger *slog.Logger
+}
+
+func (c *Config) defaults() error {
+	if c.Nodes == 0 {
+		c.Nodes = 100
+	}
+	if c.Regions == 0 {
+		c.Regions = 4
+	}
+	if c.Intra == 0 {
+		c.Intra = 2 * time.Millisecond
+	}
+	if c.Inter == 0 {
+		c.Inter = 20 * time.Millisecond
+	}
+	if c.ProviderShare == 0 {
+		c.ProviderShare = 0.25
+	}
+	if c.Samples == 0 {
+		c.Samples = 20
+	}
+	if c.BillingInterval == 0 {
+		c.BillingInterval = time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	switch {
+	case c.Nodes < 4 || c.Nodes > 2000:
+		return fmt.Errorf("simnet: %d nodes, want 4..2000", c.Nodes)
+	case c.Regions < 1 || c.Regions > 64 || c.Regions > c.Nodes:
+		return fmt.Errorf("simnet: %d regions, want 1..64 and at most the nodes", c.Regions)
+	case c.Intra < 0 || c.Inter < 0 || c.Inter > 40*time.Millisecond:
+		return fmt.Errorf("simnet: latency intra %s inter %s, want inter 0..40ms", c.Intra, c.Inter)
+	case c.ProviderShare <= 0 || c.ProviderShare >= 1:
+		return fmt.Errorf("simnet: provider share %v, want in (0, 1)", c.ProviderShare)
+	case c.Samples < 1:
+		return fmt.Errorf("simnet: %d samples, want at least 1", c.Samples)
+	}
+	if p := c.providers(); p < c.Regions || p >= c.Nodes-1 {
+		return fmt.Errorf("simnet: %d providers of %d nodes: want at least one per region and two buyers", p, c.Nodes)
+	}
+	return nil
+}
+
+func (c *Config) providers() int { return int(float64(c.Nodes)*c.ProviderShare + 0.5) }
+
+// RegionName is the name of region r (0-based).
+func RegionName(r int) string {
+	if r < len(DefaultRegions) {
+		return DefaultRegions[r]
+	}
+	return fmt.Sprintf("CN-R%d", r+1)
+}
+
+// sim is one running simulation: the mocknet and its peers' regions.
+type sim struct {
+	cfg    Config
+	log    *slog.Logger
+	mn     mocknet.Mocknet
+	region map[peer.ID]int
+	live   map[peer.ID]bool // hosts added and not removed
+	mu     sync.Mutex
+}
+
+func newSim(cfg Config) *sim {
+	mn := mocknet.New()
+	// Links made later (LinkPeers) take these defaults; per-pair latency is
+	// set on each link after it is made.
+	mn.SetLinkDefaults(mocknet.LinkOptions{Latency: cfg.Inter})
+	return &sim{cfg: cfg, log: cfg.Logger, mn: mn, region: map[peer.ID]int{}, live: map[peer.ID]bool{}}
+}
+
+// latency is the one-way latency between two regions.
+func (s *sim) latency(a, b int) time.Duration {
+	if a == b {
+		return s.cfg.Intra
+	}
+	return s.cfg.Inter
+}
+
+// rtt is the round trip between two peers' regions.
+func (s *sim) rtt(a, b peer.ID) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return 2 * s.latency(s.region[a], s.region[b])
+}
+
+// addHosts adds n hosts with Ed25519 keys to the mocknet, host i in region
+// i % Regions, and links each to every host already there with its pair's
+// latency. net tells host sets apart in their addresses.
+func (s *sim) addHosts(n int, net byte, keys []crypto.PrivKey) ([]host.Host, error) {
+	hosts := make([]host.Host, n)
+	for i := range n {
+		var k crypto.PrivKey
+		if keys != nil {
+			k = keys[i]
+		} else {
+			var err error
+			if k, _, err = crypto.GenerateEd25519Key(rand.Reader); err != nil {
+				return nil, err
+			}
+		}
+		h, err := s.addHost(k, i, net)
+		if err != nil {
+			return nil, err
+		}
+		hosts[i] = h
+	}
+	return hosts, nil
+}
+
+// addHost adds one host as index i of host set net and links it to every
+// host in the mocknet.
+func (s *sim) addHost(k crypto.PrivKey, i int, net byte) (host.Host, error) {
+	r := i % s.cfg.Regions
+	addr, err := ma.NewMultiaddr(fmt.Sprintf("/ip4/10.%d.%d.%d/tcp/4001", net, i/250, i%250+1))
+	if err != nil {
+		return nil, err
+	}
+	h, err := s.mn.AddPeer(k, addr)
+	if err != nil {
+		return nil, fmt.Errorf("simnet: add host: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.region[h.ID()] = r
+	for other := range s.live {
+		l, err := s.mn.LinkPeers(h.ID(), other)
+		if err != nil {
+			return nil, fmt.Errorf("simnet: link: %w", err)
+		}
+		l.SetOptions(mocknet.LinkOptions{Latency: s.latency(r, s.region[other])})
+	}
+	s.live[h.ID()] = true
+	return h, nil
+}
+
+// removeHost closes a host and removes its links.
+func (s *sim) removeHost(h host.Host) {
+	s.mu.Lock()
+	delete(s.live, h.ID())
+	others := make([]peer.ID, 0, len(s.live))
+	for p := range s.live {
+		others = append(others, p)
+	}
+	s.mu.Unlock()
+	h.Close()
+	for _, other := range others {
+		s.mn.UnlinkPeers(h.ID(), other)
+	}
+}
+
+// Run builds the network, runs the floors and the measures, and returns the
+// report. It stops everything it started before returning.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	s := newSim(cfg)
+	defer s.mn.Close()
+	rep := &Report{Nodes: cfg.Nodes, Regions: cfg.Regions, Providers: cfg.providers(),
+		Intra: cfg.Intra.String(), Inter: cfg.Inter.String(), Samples: cfg.Samples}
+	for r := range cfg.Regions {
+		rep.RegionNames = append(rep.RegionNames, RegionName(r))
+	}
+
+	s.log.Info("floors: raw kad-dht, gossipsub and ping", "hosts", cfg.Nodes)
+	fl, err := s.runFloors(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("simnet: floors: %w", err)
+	}
+	rep.Floors = fl
+
+	dir := cfg.Dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "suanli-simnet-"); err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+	}
+	s.log.Info("starting suanli nodes", "nodes", cfg.Nodes, "providers", cfg.providers())
+	net, err := s.startNodes(ctx, dir)
+	if net != nil {
+		defer net.close()
+	}
+	if err != nil {
+		return nil, err
+	}
+	rep.StartSeconds = time.Since(start).Seconds()
+	if err := s.measure(ctx, net, rep); err != nil {
+		return nil, err
+	}
+	if cfg.Faults {
+		// A fault run that fails still leaves the core measures to report.
+		if err := s.faults(ctx, net, rep); err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			rep.FaultsError = err.Error()
+		}
+	}
+	rep.Seconds = time.Since(start).Seconds()
+	return rep, nil
+}
+
+// network is the running Suanli nodes.
+type network struct {
+	nodes     []*node.Node
+	hosts     []host.Host
+	keys      []crypto.PrivKey
+	dirs      []string
+	providers int
+	opts      func(i int) []node.Option
+	sim       *sim
+}
+
+func (n *network) close() {
+	var wg sync.WaitGroup
+	for i, nd := range n.nodes {
+		if nd == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nd.Close()
+			n.hosts[i].Close()
+		}()
+	}
+	wg.Wait()
+}
+
+func (s *sim) startNodes(ctx context.Context, dir string) (*network, error) {
+	cfg := s.cfg
+	net := &network{providers: cfg.providers(), sim: s}
+	net.keys = make([]crypto.PrivKey, cfg.Nodes)
+	for i := range net.keys {
+		k, _, err := crypto.GenerateEd25519Key(rand.Reader)
+		if err != nil {
+			return nil, err
+		}
+		net.keys[i] = k
+	}
+	hosts, err := s.addHosts(cfg.Nodes, 1, net.keys)
+	if err != nil {
+		return nil, err
+	}
+	net.hosts = hosts
+	net.nodes = make([]*node.Node, cfg.Nodes)
+	// Bootstrap: the first node of each region (a provider).
+	var boot []string
+	for r := range cfg.Regions {
+		for _, a := range hosts[r].Addrs() {
+			boot = append(boot, a.String()+"/p2p/"+hosts[r].ID().String())
+		}
+	}
+	nodeLog := slog.New(s.log.Handler()).With("sim", true)
+	quiet := slog.New(levelHandler{slog.LevelError, nodeLog.Handler()})
+	net.opts = func(i int) []node.Option {
+		d := filepath.Join(dir, fmt.Sprintf("node-%03d", i))
+		o := []node.Option{
+			node.WithRepo(d), node.WithAutoInit(), node.WithHost(net.hosts[i]),
+			node.WithAPI(""), node.WithLogger(quiet), node.WithOfferTTL(10 * time.Minute),
+			node.WithBillingInterval(cfg.BillingInterval),
+			node.WithRegion(RegionName(i % cfg.Regions)),
+		}
+		var b []string
+		for j, a := range boot {
+			if j/len(hosts[0].Addrs()) != i {
+				b = append(b, a)
+			}
+		}
+		if len(b) > 0 {
+			o = append(o, node.WithBootstrap(b...))
+		}
+		if i < net.providers {
+			o = append(o, node.WithGPUSim("dgxh100", int64(i+1)), node.WithPrice("2.49", "USD"))
+		} else {
+			o = append(o, node.WithoutGPU())
+		}
+		return o
+	}
+	net.dirs = make([]string, cfg.Nodes)
+	// Start in parallel, a few at a time: Badger opens and key loads are
+	// the slow part.
+	var (
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, 8)
+		mu   sync.Mutex
+		errs []error
+	)
+	for i := range cfg.Nodes {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			nd, err := node.New(net.opts(i)...)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("node %d: %w", i, err))
+				return
+			}
+			net.nodes[i] = nd
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return net, fmt.Errorf("simnet: %w", errors.Join(errs...))
+	}
+	// Every provider has published its offer.
+	for i := range net.providers {
+		if err := waitFor(ctx, 3*time.Minute, func() bool { return net.nodes[i].Published() != nil }); err != nil {
+			return net, fmt.Errorf("simnet: provider %d never published its offer: %w", i, err)
+		}
+	}
+	// Offers published while the network was still forming went to the
+	// peers closest to their keys then; republish once every node is up,
+	// as a provider does at a third of its offer's life, so the measures
+	// see the steady state, as the floor's providers (which provide after
+	// the whole DHT is up) do.
+	if err := parallel(net.providers, 8, func(i int) error {
+		pctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		return net.nodes[i].Publish(pctx)
+	}); err != nil {
+		return net, fmt.Errorf("simnet: republish: %w", err)
+	}
+	return net, nil
+}
+
+// waitFor polls cond until it holds or the timeout passes.
+func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error {
+	return waitEvery(ctx, timeout, 5*time.Millisecond, cond)
+}
+
+func waitEvery(ctx context.Context, timeout, every time.Duration, cond func() bool) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// levelHandler drops records below a level.
+type levelHandler struct {
+	min slog.Level
+	slog.Handler
+}
+
+func (h levelHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h levelHandler) WithAttrs(a []slog.Attr) slog.Handler {
+	return levelHandler{h.min, h.Handler.WithAttrs(a)}
+}
+
+func (h levelHandler) WithGroup(g string) slog.Handler {
+	return levelHandler{h.min, h.Handler.WithGroup(g)}
+}
+
+// Check reports whether the config (with its defaults) is one Run accepts.
+func (c Config) Check() error { return c.defaults() }
