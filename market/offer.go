@@ -133,6 +133,9 @@ func ValidateOffer(o *proto.Offer, now time.Time) error {
 		return fmt.Errorf("%w: per GPU %d milli-vCPUs, %d bytes RAM, %d bytes disk: beyond any machine", ErrOfferSchema,
 			h.MilliCpusPerGpu, h.MemoryBytesPerGpu, h.DiskBytesPerGpu)
 	}
+	if err := ValidateSchedule(p.Schedule, p.UtcOffsetMinutes); err != nil {
+		return fmt.Errorf("%w: %w", ErrOfferPrice, err)
+	}
 	t := o.Terms
 	if t == nil {
 		return fmt.Errorf("%w: no lease terms", ErrOfferSchema)

@@ -131,6 +131,11 @@ func ValidateTerms(terms *proto.Lease) error {
 		return fmt.Errorf("%w: lease type %d", ErrLeaseTerms, terms.LeaseType)
 	case !ValidBillingIncrement(time.Duration(terms.BillingIncrementS) * time.Second):
 		return fmt.Errorf("%w: billing increment %d s (want 0, 1, 60 or 3600)", ErrLeaseTerms, terms.BillingIncrementS)
+	case len(terms.Schedule) > 0 && terms.BillingIncrementS > 0:
+		return fmt.Errorf("%w: a price schedule bills each window to the millisecond: no billing increment with it", ErrLeaseTerms)
+	}
+	if err := ValidateSchedule(terms.Schedule, terms.UtcOffsetMinutes); err != nil {
+		return fmt.Errorf("%w: %w", ErrLeaseTerms, err)
 	}
 	if _, err := LookupCurrency(terms.Currency); err != nil {
 		return fmt.Errorf("%w: %w", ErrLeaseTerms, err)
@@ -278,12 +283,20 @@ func prevEndMs(terms *proto.Lease, prev *ReceiptState) int64 {
 
 // nextWindowMs is NextWindow in Unix milliseconds, after a window that ended
 // at prevEnd. The terms must be usable.
+//
+// The grid is the lease's start plus whole billing intervals, and, with a
+// price schedule, the schedule's boundaries too: a window never spans a
+// price change.
 func nextWindowMs(terms *proto.Lease, prevEnd int64) (start, end int64, ok bool) {
 	s, e, iv := terms.StartUnixMs, leaseEndMs(terms), terms.BillingIntervalS*1000
-	if prevEnd < s || prevEnd >= e || (prevEnd-s)%iv != 0 {
+	if prevEnd < s || prevEnd >= e || ((prevEnd-s)%iv != 0 && !isBoundary(terms, prevEnd)) {
 		return 0, 0, false
 	}
-	return prevEnd, min(prevEnd+iv, e), true
+	end = min(s+((prevEnd-s)/iv+1)*iv, e)
+	if len(terms.Schedule) > 0 {
+		end = min(end, nextBoundaryMs(terms.Schedule, terms.UtcOffsetMinutes, prevEnd))
+	}
+	return prevEnd, end, true
 }
 
 // VerifyNext checks that r, whose signed envelope hashes to receiptHash
@@ -398,7 +411,7 @@ func verifyNext(terms *proto.Lease, prev *ReceiptState, r *proto.Receipt, hash [
 	if r.CumulativeGpuMs != p.GPUMillis+r.GpuMs {
 		return fmt.Errorf("%w: cumulative gpu_ms %d, want %d + %d", ErrReceiptCumulative, r.CumulativeGpuMs, p.GPUMillis, r.GpuMs)
 	}
-	total, err := LeaseCharge(terms, r.CumulativeGpuMs)
+	total, err := ReceiptTotal(terms, p.Cumulative, p.GPUMillis, r.GpuMs, ws)
 	if err != nil {
 		return err
 	}

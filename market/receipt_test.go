@@ -52,7 +52,7 @@ func rebill(terms *proto.Lease, prev *ReceiptState, r *proto.Receipt) *proto.Rec
 		r.GpuMs += u.GpuMs
 	}
 	r.CumulativeGpuMs = p.GPUMillis + r.GpuMs
-	total, err := LeaseCharge(terms, r.CumulativeGpuMs)
+	total, err := ReceiptTotal(terms, p.Cumulative, p.GPUMillis, r.GpuMs, r.WindowStartUnixMs)
 	if err != nil {
 		panic(err)
 	}

@@ -135,6 +135,11 @@ type OfferView struct {
 	Capacity []CapacityView `json:"capacity"`
 	// PerGPU is what each leased GPU comes with.
 	PerGPU PerGPUView `json:"per_gpu"`
+	// With a time-of-day schedule: the on-demand price now, and the next
+	// one and when it starts.
+	PriceNow    string     `json:"price_now,omitempty"`
+	NextPrice   string     `json:"next_price,omitempty"`
+	NextPriceAt *time.Time `json:"next_price_at,omitempty"`
 }
 
 // PerGPUView is the CPU, RAM and disk an offer sells with each GPU; zero:
@@ -186,6 +191,13 @@ func offerView(o *proto.Offer, f market.OfferFilter) OfferView {
 		},
 		PerGPU: PerGPUView{MilliCPUs: o.GetHost().GetMilliCpusPerGpu(), RAMBytes: o.GetHost().GetMemoryBytesPerGpu(),
 			DiskBytes: o.GetHost().GetDiskBytesPerGpu()},
+	}
+	if p := o.GetPricing(); len(p.GetSchedule()) > 0 {
+		now := time.Now()
+		v.PriceNow = market.FormatMicros(market.ScheduledPrice(p.OnDemandMicros, p.Schedule, p.UtcOffsetMinutes, now), p.Currency)
+		if at, price, ok := market.NextPriceChange(p.OnDemandMicros, p.Schedule, p.UtcOffsetMinutes, now); ok {
+			v.NextPrice, v.NextPriceAt = market.FormatMicros(price, p.Currency), &at
+		}
 	}
 	if sf := o.GetPricing().GetSpotFloorMicros(); sf > 0 {
 		v.SpotFloor = market.FormatMicros(sf, v.Currency)

@@ -593,7 +593,7 @@ func (n *Node) billLocked(r *leaseRun, w market.Window, now time.Time) error {
 		rc.GpuMs += held
 	}
 	rc.CumulativeGpuMs = r.ml.Chain.GPUMillis + rc.GpuMs
-	total, err := market.LeaseCharge(r.terms, rc.CumulativeGpuMs)
+	total, err := market.ReceiptTotal(r.terms, r.ml.Chain.Cumulative, r.ml.Chain.GPUMillis, rc.GpuMs, ws)
 	if err != nil {
 		return err
 	}

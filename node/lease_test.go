@@ -204,3 +204,46 @@ func TestLeasePerMinuteBilling(t *testing.T) {
 		t.Errorf("receipts = %+v, %v; want the minute charged by the first, nothing after", rs, err)
 	}
 }
+
+// TestPriceSchedule: a provider pricing by time of day says so in its
+// offer (the price now, the next and when), and its leases carry the
+// schedule, so both sides bill and verify each window at its price.
+func TestPriceSchedule(t *testing.T) {
+	// Half price until 12:00 UTC, full after: whatever the time now, the
+	// offer shows a price now and a change within a day.
+	ws, err := market.ParseSchedule("00:00-12:00=-50%,12:00-24:00=0%")
+	if err != nil {
+		t.Fatal(err)
+	}
+	provider, buyer := startLeaseNet(t, node.WithPriceSchedule(ws, 0))
+	ctx := marketCtx(t)
+	var o node.OfferView
+	waitFor(t, ctx, "the scheduled offer", func() (bool, string) {
+		os, err := buyer.Offers(ctx, node.OfferQuery{})
+		if err != nil || len(os) != 1 {
+			return false, sprint(os, err)
+		}
+		o = os[0]
+		return o.PriceNow != "" && o.NextPriceAt != nil, sprint(o)
+	})
+	full, half := o.Price, market.FormatMicros(market.ScheduledPrice(2_490_000, ws, 0, time.Date(2026, 1, 1, 6, 0, 0, 0, time.UTC)), "USD")
+	if !(o.PriceNow == half && o.NextPrice == full) && !(o.PriceNow == full && o.NextPrice == half) {
+		t.Errorf("offer prices now %s, next %s; want %s and %s in some order", o.PriceNow, o.NextPrice, half, full)
+	}
+	id := trade(t, ctx, provider, buyer, "3s")
+	waitLeaseClosed(t, ctx, provider, id)
+	waitLeaseClosed(t, ctx, buyer, id)
+	for _, n := range []*node.Node{provider, buyer} {
+		rep, err := n.VerifyReceipts(ctx, id)
+		if err != nil || !rep.Valid {
+			t.Errorf("VerifyReceipts on %s = %+v, %v", n.Repo(), rep, err)
+		}
+	}
+	// Both ledgers agree on the scheduled amount.
+	waitFor(t, ctx, "the settlements to agree", func() (bool, string) {
+		a, err1 := provider.Settle(ctx, "")
+		b, err2 := buyer.Settle(ctx, "")
+		return err1 == nil && err2 == nil && len(a) == 1 && len(b) == 1 && len(a[0].Leases) == 1 && len(b[0].Leases) == 1 &&
+			a[0].Leases[0].AmountMicros == b[0].Leases[0].AmountMicros && a[0].Leases[0].AmountMicros > 0, sprint(a, b)
+	})
+}

@@ -55,8 +55,11 @@ type options struct {
 	preemptMargin *int64
 	// The unit leases charge GPU time in (see WithBillingIncrement).
 	chargeIncrement time.Duration
-	unpaidGrace     time.Duration
-	withhold        bool
+	// Time-of-day prices (see billing.go).
+	schedule       []*proto.PriceWindow
+	scheduleOffset int32
+	unpaidGrace    time.Duration
+	withhold       bool
 	// Credit limits (see credit.go).
 	creditLimit    string // decimal, or "none"
 	creditCurrency string
@@ -241,12 +244,14 @@ type Node struct {
 	own             map[string]*ownOrder
 	offerMu         sync.Mutex
 	offerCache      map[peer.ID]*proto.Offer
-	attest          *attestState  // see attest.go
-	leases          *leaseManager // see lease.go
-	perGPU          perGPU        // what each GPU is sold with (see WithResourcesPerGPU)
-	preemptNotice   time.Duration // spot leases' notice before preemption
-	chargeIncrement time.Duration // the unit leases charge GPU time in (see WithBillingIncrement)
-	preemptMargin   int64         // basis points a spot trade must pay more to preempt
+	attest          *attestState         // see attest.go
+	leases          *leaseManager        // see lease.go
+	perGPU          perGPU               // what each GPU is sold with (see WithResourcesPerGPU)
+	preemptNotice   time.Duration        // spot leases' notice before preemption
+	chargeIncrement time.Duration        // the unit leases charge GPU time in (see WithBillingIncrement)
+	schedule        []*proto.PriceWindow // time-of-day prices (see WithPriceSchedule)
+	scheduleOffset  int32
+	preemptMargin   int64 // basis points a spot trade must pay more to preempt
 
 	telHist   telemetryHistory // GPU samples over time; see history.go
 	publishMu sync.Mutex       // one Publish at a time
@@ -273,6 +278,9 @@ func New(opts ...Option) (_ *Node, err error) {
 	}
 	if o.repo == "" {
 		return nil, errors.New("node: no repo directory (WithRepo)")
+	}
+	if len(o.schedule) > 0 && o.chargeIncrement > 0 {
+		return nil, errors.New("node: a price schedule bills each window to the millisecond: it excludes WithBillingIncrement")
 	}
 	if o.logger == nil {
 		o.logger = slog.Default()
@@ -303,7 +311,7 @@ func New(opts ...Option) (_ *Node, err error) {
 	}
 	n := &Node{
 		lock: lock,
-		repo: o.repo, now: o.now, offerTTL: o.offerTTL, billingInterval: o.billing, perGPU: o.perGPU, chargeIncrement: o.chargeIncrement,
+		repo: o.repo, now: o.now, offerTTL: o.offerTTL, billingInterval: o.billing, perGPU: o.perGPU, chargeIncrement: o.chargeIncrement, schedule: o.schedule, scheduleOffset: o.scheduleOffset,
 		preemptNotice: cmpOrDuration(o.preemptNotice, market.PreemptionNotice), preemptMargin: market.DefaultPreemptMarginBP,
 		log:   o.logger.With("node", filepath.Base(o.repo)),
 		books: newBooks(), own: map[string]*ownOrder{}, pending: map[string]uint32{}, offerCache: map[peer.ID]*proto.Offer{},

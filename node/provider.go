@@ -173,6 +173,7 @@ func (n *Node) buildOffer() (*proto.Offer, error) {
 			Currency:        n.price.Currency,
 			OnDemandMicros:  n.price.Micros,
 			SpotFloorMicros: n.price.Micros / 2,
+			Schedule:        n.schedule, UtcOffsetMinutes: n.scheduleOffset,
 			Reserved: []*proto.Discount{
 				{MinDurationS: int64(7 * 24 * time.Hour / time.Second), BasisPoints: 1000},
 				{MinDurationS: int64(30 * 24 * time.Hour / time.Second), BasisPoints: 2000},

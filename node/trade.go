@@ -616,6 +616,7 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 			lease.PreemptionNoticeS = int64(n.preemptNotice / time.Second)
 		}
 		lease.BillingIncrementS = int64(n.chargeIncrement / time.Second)
+		lease.Schedule, lease.UtcOffsetMinutes = n.schedule, n.scheduleOffset
 		free, err := n.freeGPUs(take.Market)
 		if err != nil {
 			return reject("%v", err)
@@ -655,6 +656,7 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 		}
 		lease.Gpus = take.Gpus
 		lease.BillingIncrementS = offer.GetTerms().GetChargeIncrementS()
+		lease.Schedule, lease.UtcOffsetMinutes = offer.GetPricing().GetSchedule(), offer.GetPricing().GetUtcOffsetMinutes()
 		if t := offer.GetTerms().GetBillingIncrementS(); t > 0 {
 			lease.BillingIntervalS = t
 		}

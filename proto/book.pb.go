@@ -651,8 +651,13 @@ type Lease struct {
 	// second), 60 (per minute) or 3600 (per hour), every started unit in
 	// full; 0 charges to the millisecond.
 	BillingIncrementS int64 `protobuf:"varint,13,opt,name=billing_increment_s,json=billingIncrementS,proto3" json:"billing_increment_s,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// schedule prices each time of the provider's day as basis points of
+	// price_micros; receipts then bill each window at its own price, and
+	// windows end at the schedule's boundaries too. Empty: one price.
+	Schedule         []*PriceWindow `protobuf:"bytes,14,rep,name=schedule,proto3" json:"schedule,omitempty"`
+	UtcOffsetMinutes int32          `protobuf:"varint,15,opt,name=utc_offset_minutes,json=utcOffsetMinutes,proto3" json:"utc_offset_minutes,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Lease) Reset() {
@@ -776,6 +781,83 @@ func (x *Lease) GetBillingIncrementS() int64 {
 	return 0
 }
 
+func (x *Lease) GetSchedule() []*PriceWindow {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+func (x *Lease) GetUtcOffsetMinutes() int32 {
+	if x != nil {
+		return x.UtcOffsetMinutes
+	}
+	return 0
+}
+
+// PriceWindow is a part of the provider's day, [from_minute, to_minute) in
+// minutes after its midnight, priced at basis_points of the base price
+// (7000: 30% off; 12000: 20% more).
+type PriceWindow struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	FromMinute    uint32                 `protobuf:"varint,1,opt,name=from_minute,json=fromMinute,proto3" json:"from_minute,omitempty"`
+	ToMinute      uint32                 `protobuf:"varint,2,opt,name=to_minute,json=toMinute,proto3" json:"to_minute,omitempty"`
+	BasisPoints   uint32                 `protobuf:"varint,3,opt,name=basis_points,json=basisPoints,proto3" json:"basis_points,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PriceWindow) Reset() {
+	*x = PriceWindow{}
+	mi := &file_book_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PriceWindow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PriceWindow) ProtoMessage() {}
+
+func (x *PriceWindow) ProtoReflect() protoreflect.Message {
+	mi := &file_book_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PriceWindow.ProtoReflect.Descriptor instead.
+func (*PriceWindow) Descriptor() ([]byte, []int) {
+	return file_book_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PriceWindow) GetFromMinute() uint32 {
+	if x != nil {
+		return x.FromMinute
+	}
+	return 0
+}
+
+func (x *PriceWindow) GetToMinute() uint32 {
+	if x != nil {
+		return x.ToMinute
+	}
+	return 0
+}
+
+func (x *PriceWindow) GetBasisPoints() uint32 {
+	if x != nil {
+		return x.BasisPoints
+	}
+	return 0
+}
+
 // Accept is the maker's signed yes to a Take, carrying the lease terms.
 type Accept struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -790,7 +872,7 @@ type Accept struct {
 
 func (x *Accept) Reset() {
 	*x = Accept{}
-	mi := &file_book_proto_msgTypes[5]
+	mi := &file_book_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -802,7 +884,7 @@ func (x *Accept) String() string {
 func (*Accept) ProtoMessage() {}
 
 func (x *Accept) ProtoReflect() protoreflect.Message {
-	mi := &file_book_proto_msgTypes[5]
+	mi := &file_book_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -815,7 +897,7 @@ func (x *Accept) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Accept.ProtoReflect.Descriptor instead.
 func (*Accept) Descriptor() ([]byte, []int) {
-	return file_book_proto_rawDescGZIP(), []int{5}
+	return file_book_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Accept) GetMaker() []byte {
@@ -858,7 +940,7 @@ type Reject struct {
 
 func (x *Reject) Reset() {
 	*x = Reject{}
-	mi := &file_book_proto_msgTypes[6]
+	mi := &file_book_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +952,7 @@ func (x *Reject) String() string {
 func (*Reject) ProtoMessage() {}
 
 func (x *Reject) ProtoReflect() protoreflect.Message {
-	mi := &file_book_proto_msgTypes[6]
+	mi := &file_book_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +965,7 @@ func (x *Reject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reject.ProtoReflect.Descriptor instead.
 func (*Reject) Descriptor() ([]byte, []int) {
-	return file_book_proto_rawDescGZIP(), []int{6}
+	return file_book_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Reject) GetMaker() []byte {
@@ -918,7 +1000,7 @@ type Fill struct {
 
 func (x *Fill) Reset() {
 	*x = Fill{}
-	mi := &file_book_proto_msgTypes[7]
+	mi := &file_book_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1012,7 @@ func (x *Fill) String() string {
 func (*Fill) ProtoMessage() {}
 
 func (x *Fill) ProtoReflect() protoreflect.Message {
-	mi := &file_book_proto_msgTypes[7]
+	mi := &file_book_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1025,7 @@ func (x *Fill) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fill.ProtoReflect.Descriptor instead.
 func (*Fill) Descriptor() ([]byte, []int) {
-	return file_book_proto_rawDescGZIP(), []int{7}
+	return file_book_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Fill) GetTake() []byte {
@@ -975,7 +1057,7 @@ type BookMessage struct {
 
 func (x *BookMessage) Reset() {
 	*x = BookMessage{}
-	mi := &file_book_proto_msgTypes[8]
+	mi := &file_book_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -987,7 +1069,7 @@ func (x *BookMessage) String() string {
 func (*BookMessage) ProtoMessage() {}
 
 func (x *BookMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_book_proto_msgTypes[8]
+	mi := &file_book_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1000,7 +1082,7 @@ func (x *BookMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BookMessage.ProtoReflect.Descriptor instead.
 func (*BookMessage) Descriptor() ([]byte, []int) {
-	return file_book_proto_rawDescGZIP(), []int{8}
+	return file_book_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *BookMessage) GetBody() isBookMessage_Body {
@@ -1069,7 +1151,7 @@ type TradeRequest struct {
 
 func (x *TradeRequest) Reset() {
 	*x = TradeRequest{}
-	mi := &file_book_proto_msgTypes[9]
+	mi := &file_book_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +1163,7 @@ func (x *TradeRequest) String() string {
 func (*TradeRequest) ProtoMessage() {}
 
 func (x *TradeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_book_proto_msgTypes[9]
+	mi := &file_book_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +1176,7 @@ func (x *TradeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TradeRequest.ProtoReflect.Descriptor instead.
 func (*TradeRequest) Descriptor() ([]byte, []int) {
-	return file_book_proto_rawDescGZIP(), []int{9}
+	return file_book_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TradeRequest) GetTake() []byte {
@@ -1118,7 +1200,7 @@ type TradeReply struct {
 
 func (x *TradeReply) Reset() {
 	*x = TradeReply{}
-	mi := &file_book_proto_msgTypes[10]
+	mi := &file_book_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1212,7 @@ func (x *TradeReply) String() string {
 func (*TradeReply) ProtoMessage() {}
 
 func (x *TradeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_book_proto_msgTypes[10]
+	mi := &file_book_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1225,7 @@ func (x *TradeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TradeReply.ProtoReflect.Descriptor instead.
 func (*TradeReply) Descriptor() ([]byte, []int) {
-	return file_book_proto_rawDescGZIP(), []int{10}
+	return file_book_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TradeReply) GetBody() isTradeReply_Body {
@@ -1198,7 +1280,7 @@ type SyncRequest struct {
 
 func (x *SyncRequest) Reset() {
 	*x = SyncRequest{}
-	mi := &file_book_proto_msgTypes[11]
+	mi := &file_book_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1210,7 +1292,7 @@ func (x *SyncRequest) String() string {
 func (*SyncRequest) ProtoMessage() {}
 
 func (x *SyncRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_book_proto_msgTypes[11]
+	mi := &file_book_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1223,7 +1305,7 @@ func (x *SyncRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncRequest.ProtoReflect.Descriptor instead.
 func (*SyncRequest) Descriptor() ([]byte, []int) {
-	return file_book_proto_rawDescGZIP(), []int{11}
+	return file_book_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SyncRequest) GetMarket() string {
@@ -1289,7 +1371,7 @@ const file_book_proto_rawDesc = "" +
 	"duration_s\x18\t \x01(\x03R\tdurationS\x12&\n" +
 	"\x0fcreated_unix_ms\x18\n" +
 	" \x01(\x03R\rcreatedUnixMs\x12\x12\n" +
-	"\x04gpus\x18\v \x03(\tR\x04gpus\"\xba\x03\n" +
+	"\x04gpus\x18\v \x03(\tR\x04gpus\"\x9c\x04\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\fR\bprovider\x12\x14\n" +
@@ -1306,7 +1388,14 @@ const file_book_proto_rawDesc = "" +
 	" \x01(\x03R\vstartUnixMs\x12\x16\n" +
 	"\x06market\x18\v \x01(\tR\x06market\x12.\n" +
 	"\x13preemption_notice_s\x18\f \x01(\x03R\x11preemptionNoticeS\x12.\n" +
-	"\x13billing_increment_s\x18\r \x01(\x03R\x11billingIncrementS\"\x87\x01\n" +
+	"\x13billing_increment_s\x18\r \x01(\x03R\x11billingIncrementS\x122\n" +
+	"\bschedule\x18\x0e \x03(\v2\x16.suanli.v1.PriceWindowR\bschedule\x12,\n" +
+	"\x12utc_offset_minutes\x18\x0f \x01(\x05R\x10utcOffsetMinutes\"n\n" +
+	"\vPriceWindow\x12\x1f\n" +
+	"\vfrom_minute\x18\x01 \x01(\rR\n" +
+	"fromMinute\x12\x1b\n" +
+	"\tto_minute\x18\x02 \x01(\rR\btoMinute\x12!\n" +
+	"\fbasis_points\x18\x03 \x01(\rR\vbasisPoints\"\x87\x01\n" +
 	"\x06Accept\x12\x14\n" +
 	"\x05maker\x18\x01 \x01(\fR\x05maker\x12\x17\n" +
 	"\atake_id\x18\x02 \x01(\tR\x06takeId\x12&\n" +
@@ -1359,7 +1448,7 @@ func file_book_proto_rawDescGZIP() []byte {
 }
 
 var file_book_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_book_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_book_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_book_proto_goTypes = []any{
 	(Side)(0),            // 0: suanli.v1.Side
 	(LeaseType)(0),       // 1: suanli.v1.LeaseType
@@ -1369,13 +1458,14 @@ var file_book_proto_goTypes = []any{
 	(*Cancel)(nil),       // 5: suanli.v1.Cancel
 	(*Take)(nil),         // 6: suanli.v1.Take
 	(*Lease)(nil),        // 7: suanli.v1.Lease
-	(*Accept)(nil),       // 8: suanli.v1.Accept
-	(*Reject)(nil),       // 9: suanli.v1.Reject
-	(*Fill)(nil),         // 10: suanli.v1.Fill
-	(*BookMessage)(nil),  // 11: suanli.v1.BookMessage
-	(*TradeRequest)(nil), // 12: suanli.v1.TradeRequest
-	(*TradeReply)(nil),   // 13: suanli.v1.TradeReply
-	(*SyncRequest)(nil),  // 14: suanli.v1.SyncRequest
+	(*PriceWindow)(nil),  // 8: suanli.v1.PriceWindow
+	(*Accept)(nil),       // 9: suanli.v1.Accept
+	(*Reject)(nil),       // 10: suanli.v1.Reject
+	(*Fill)(nil),         // 11: suanli.v1.Fill
+	(*BookMessage)(nil),  // 12: suanli.v1.BookMessage
+	(*TradeRequest)(nil), // 13: suanli.v1.TradeRequest
+	(*TradeReply)(nil),   // 14: suanli.v1.TradeReply
+	(*SyncRequest)(nil),  // 15: suanli.v1.SyncRequest
 }
 var file_book_proto_depIdxs = []int32{
 	0,  // 0: suanli.v1.Order.side:type_name -> suanli.v1.Side
@@ -1385,13 +1475,14 @@ var file_book_proto_depIdxs = []int32{
 	1,  // 4: suanli.v1.Constraints.lease_types:type_name -> suanli.v1.LeaseType
 	1,  // 5: suanli.v1.Take.lease_type:type_name -> suanli.v1.LeaseType
 	1,  // 6: suanli.v1.Lease.lease_type:type_name -> suanli.v1.LeaseType
-	7,  // 7: suanli.v1.Accept.lease:type_name -> suanli.v1.Lease
-	10, // 8: suanli.v1.BookMessage.fill:type_name -> suanli.v1.Fill
-	9,  // [9:9] is the sub-list for method output_type
-	9,  // [9:9] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	8,  // 7: suanli.v1.Lease.schedule:type_name -> suanli.v1.PriceWindow
+	7,  // 8: suanli.v1.Accept.lease:type_name -> suanli.v1.Lease
+	11, // 9: suanli.v1.BookMessage.fill:type_name -> suanli.v1.Fill
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_book_proto_init() }
@@ -1399,12 +1490,12 @@ func file_book_proto_init() {
 	if File_book_proto != nil {
 		return
 	}
-	file_book_proto_msgTypes[8].OneofWrappers = []any{
+	file_book_proto_msgTypes[9].OneofWrappers = []any{
 		(*BookMessage_Order)(nil),
 		(*BookMessage_Cancel)(nil),
 		(*BookMessage_Fill)(nil),
 	}
-	file_book_proto_msgTypes[10].OneofWrappers = []any{
+	file_book_proto_msgTypes[11].OneofWrappers = []any{
 		(*TradeReply_Accept)(nil),
 		(*TradeReply_Reject)(nil),
 	}
@@ -1414,7 +1505,7 @@ func file_book_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_book_proto_rawDesc), len(file_book_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

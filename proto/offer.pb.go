@@ -576,8 +576,13 @@ type Pricing struct {
 	OnDemandMicros  int64                  `protobuf:"varint,2,opt,name=on_demand_micros,json=onDemandMicros,proto3" json:"on_demand_micros,omitempty"`
 	Reserved        []*Discount            `protobuf:"bytes,3,rep,name=reserved,proto3" json:"reserved,omitempty"`
 	SpotFloorMicros int64                  `protobuf:"varint,4,opt,name=spot_floor_micros,json=spotFloorMicros,proto3" json:"spot_floor_micros,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// schedule, when set, prices each time of the provider's day (e.g. night
+	// 30% off): it covers the whole day without overlaps; utc_offset_minutes
+	// places that day (480 for UTC+08:00).
+	Schedule         []*PriceWindow `protobuf:"bytes,5,rep,name=schedule,proto3" json:"schedule,omitempty"`
+	UtcOffsetMinutes int32          `protobuf:"varint,6,opt,name=utc_offset_minutes,json=utcOffsetMinutes,proto3" json:"utc_offset_minutes,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Pricing) Reset() {
@@ -634,6 +639,20 @@ func (x *Pricing) GetReserved() []*Discount {
 func (x *Pricing) GetSpotFloorMicros() int64 {
 	if x != nil {
 		return x.SpotFloorMicros
+	}
+	return 0
+}
+
+func (x *Pricing) GetSchedule() []*PriceWindow {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+func (x *Pricing) GetUtcOffsetMinutes() int32 {
+	if x != nil {
+		return x.UtcOffsetMinutes
 	}
 	return 0
 }
@@ -768,7 +787,8 @@ var File_offer_proto protoreflect.FileDescriptor
 
 const file_offer_proto_rawDesc = "" +
 	"\n" +
-	"\voffer.proto\x12\tsuanli.v1\"\xf3\x03\n" +
+	"\voffer.proto\x12\tsuanli.v1\x1a\n" +
+	"book.proto\"\xf3\x03\n" +
 	"\x05Offer\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\fR\bprovider\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12&\n" +
@@ -820,12 +840,14 @@ const file_offer_proto_rawDesc = "" +
 	"\x12milli_cpus_per_gpu\x18\n" +
 	" \x01(\x04R\x0fmilliCpusPerGpu\x12/\n" +
 	"\x14memory_bytes_per_gpu\x18\v \x01(\x04R\x11memoryBytesPerGpu\x12+\n" +
-	"\x12disk_bytes_per_gpu\x18\f \x01(\x04R\x0fdiskBytesPerGpu\"\xac\x01\n" +
+	"\x12disk_bytes_per_gpu\x18\f \x01(\x04R\x0fdiskBytesPerGpu\"\x8e\x02\n" +
 	"\aPricing\x12\x1a\n" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12(\n" +
 	"\x10on_demand_micros\x18\x02 \x01(\x03R\x0eonDemandMicros\x12/\n" +
 	"\breserved\x18\x03 \x03(\v2\x13.suanli.v1.DiscountR\breserved\x12*\n" +
-	"\x11spot_floor_micros\x18\x04 \x01(\x03R\x0fspotFloorMicros\"S\n" +
+	"\x11spot_floor_micros\x18\x04 \x01(\x03R\x0fspotFloorMicros\x122\n" +
+	"\bschedule\x18\x05 \x03(\v2\x16.suanli.v1.PriceWindowR\bschedule\x12,\n" +
+	"\x12utc_offset_minutes\x18\x06 \x01(\x05R\x10utcOffsetMinutes\"S\n" +
 	"\bDiscount\x12$\n" +
 	"\x0emin_duration_s\x18\x01 \x01(\x03R\fminDurationS\x12!\n" +
 	"\fbasis_points\x18\x02 \x01(\rR\vbasisPoints\"\xb6\x01\n" +
@@ -863,6 +885,7 @@ var file_offer_proto_goTypes = []any{
 	(*Pricing)(nil),       // 5: suanli.v1.Pricing
 	(*Discount)(nil),      // 6: suanli.v1.Discount
 	(*LeaseTerms)(nil),    // 7: suanli.v1.LeaseTerms
+	(*PriceWindow)(nil),   // 8: suanli.v1.PriceWindow
 }
 var file_offer_proto_depIdxs = []int32{
 	4, // 0: suanli.v1.Offer.host:type_name -> suanli.v1.Host
@@ -872,11 +895,12 @@ var file_offer_proto_depIdxs = []int32{
 	0, // 4: suanli.v1.Offer.attestation:type_name -> suanli.v1.AttestationLevel
 	3, // 5: suanli.v1.GPU.evidence:type_name -> suanli.v1.Evidence
 	6, // 6: suanli.v1.Pricing.reserved:type_name -> suanli.v1.Discount
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	8, // 7: suanli.v1.Pricing.schedule:type_name -> suanli.v1.PriceWindow
+	8, // [8:8] is the sub-list for method output_type
+	8, // [8:8] is the sub-list for method input_type
+	8, // [8:8] is the sub-list for extension type_name
+	8, // [8:8] is the sub-list for extension extendee
+	0, // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_offer_proto_init() }
@@ -884,6 +908,7 @@ func file_offer_proto_init() {
 	if File_offer_proto != nil {
 		return
 	}
+	file_book_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -131,7 +131,7 @@ func printOffers(e *env, offers []node.OfferView) {
 	fmt.Fprintln(tw, "PROVIDER\tREGION\tGPUS\tFREE\tMEMORY/GPU\tVCPU+RAM/GPU\tPRICE/GPU-H\tATTESTATION")
 	for _, o := range offers {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s %s\t%s\n", short(o.Provider), o.Region, gpuSummary(o.GPUs), freeSummary(o), memSummary(o.GPUs),
-			perGPUSummary(o.PerGPU), o.Price, o.Currency, o.Attestation)
+			perGPUSummary(o.PerGPU), priceSummary(o), o.Currency, o.Attestation)
 	}
 	tw.Flush()
 }
@@ -154,6 +154,18 @@ func gpuSummary(gs []node.GPUSummary) string {
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, ", ")
+}
+
+// priceSummary is the on-demand price now, and the next one with its time
+// when the provider prices by time of day.
+func priceSummary(o node.OfferView) string {
+	if o.PriceNow == "" {
+		return o.Price
+	}
+	if o.NextPriceAt != nil {
+		return fmt.Sprintf("%s (%s from %s)", o.PriceNow, o.NextPrice, o.NextPriceAt.Format("15:04Z"))
+	}
+	return o.PriceNow
 }
 
 func perGPUSummary(p node.PerGPUView) string {

@@ -26,6 +26,7 @@ type execFlags struct {
 	notice                      time.Duration
 	margin                      int64
 	increment                   time.Duration
+	schedule, utcOffset         string
 }
 
 func (f *execFlags) register(fs *flag.FlagSet) {
@@ -40,6 +41,8 @@ func (f *execFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.vcpus, "vcpus-per-gpu", "", "vCPUs sold with each GPU, a `decimal` (default: the host's cores shared out)")
 	fs.Uint64Var(&f.ramGiB, "ram-per-gpu", 0, "RAM in `GiB` sold with each GPU (default: the host's memory shared out)")
 	fs.Uint64Var(&f.diskGiB, "disk-per-gpu", 0, "scratch disk in `GiB` sold with each GPU (default: not stated)")
+	fs.StringVar(&f.schedule, "price-schedule", "", "time-of-day prices, e.g. `'00:00-08:00=-30%,08:00-24:00=0%'` covering the day")
+	fs.StringVar(&f.utcOffset, "price-utc-offset", "+00:00", "the UTC `offset` of the schedule's day, e.g. +08:00")
 	fs.DurationVar(&f.increment, "billing-increment", 0, "charge GPU time in whole `units` of 1s, 1m or 1h (default: to the millisecond)")
 	fs.DurationVar(&f.notice, "preemption-notice", 0, "notice spot leases get before a preemption (default 30s)")
 	fs.Int64Var(&f.margin, "preempt-margin", -1, "basis points more a spot trade must pay per GPU-hour to preempt a spot lease (default 2000)")
@@ -89,6 +92,20 @@ func (f *execFlags) options(sim bool) ([]node.Option, error) {
 		}
 		opts = append(opts, node.WithBillingIncrement(f.increment))
 	}
+	if f.schedule != "" {
+		ws, err := market.ParseSchedule(f.schedule)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --price-schedule: %v", errUsage, err)
+		}
+		off, err := parseUTCOffset(f.utcOffset)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --price-utc-offset: %v", errUsage, err)
+		}
+		if f.increment != 0 {
+			return nil, fmt.Errorf("%w: --price-schedule and --billing-increment conflict (a schedule bills each window to the millisecond)", errUsage)
+		}
+		opts = append(opts, node.WithPriceSchedule(ws, off))
+	}
 	if f.margin >= 0 {
 		opts = append(opts, node.WithPreemptMargin(f.margin))
 	}
@@ -104,6 +121,26 @@ func (f *execFlags) options(sim bool) ([]node.Option, error) {
 		opts = append(opts, node.WithResourcesPerGPU(milli, f.ramGiB<<30, f.diskGiB<<30))
 	}
 	return opts, nil
+}
+
+// parseUTCOffset parses "+08:00" or "-05:30" into minutes.
+func parseUTCOffset(s string) (int32, error) {
+	sign := int32(1)
+	switch {
+	case strings.HasPrefix(s, "+"):
+		s = s[1:]
+	case strings.HasPrefix(s, "-"):
+		sign, s = -1, s[1:]
+	default:
+		return 0, fmt.Errorf("%q: want +HH:MM or -HH:MM", s)
+	}
+	h, m, ok := strings.Cut(s, ":")
+	hh, err1 := strconv.Atoi(h)
+	mm, err2 := strconv.Atoi(m)
+	if !ok || err1 != nil || err2 != nil || hh < 0 || hh > 14 || mm < 0 || mm > 59 {
+		return 0, fmt.Errorf("%q: want +HH:MM or -HH:MM", s)
+	}
+	return sign * int32(hh*60+mm), nil
 }
 
 // parseMilli parses a decimal such as "8" or "0.25" into thousandths.
