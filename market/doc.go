@@ -8,13 +8,17 @@
 // flags, constraints, validation and reject reasons); book.go (the book:
 // price levels with FIFO queues, cancel, expiry sweep, replay memory);
 // match.go (matching proposals, crossing, fills, spot price);
+// explain.go (why a taker passes over crossing orders; whole-order
+// matching for all-or-none takers);
 // regionindex.go (each level's orders by region, so a region-constrained
 // bid visits only matching asks); index.go (the
 // manipulation-resistant price index); lease_type.go (spot, on-demand,
-// reserved; reserved discounts; spot preemption); lease.go (the lease state
+// reserved; reserved discounts); preempt.go (which spot leases a
+// higher-priority trade interrupts, and checking a preemption notice); lease.go (the lease state
 // machine: starting, running, ending, closed, with a reason); receipt.go
-// (usage receipts: the billing rule, chain checks, countersignatures,
-// equivocation); ledger.go (per-counterparty settlement from countersigned
+// (usage receipts: the billing rule and increments, chain checks,
+// countersignatures, equivocation); schedule.go (time-of-day prices and
+// the window grid they add); ledger.go (per-counterparty settlement from countersigned
 // receipts and payment acknowledgements); capacity.go (free GPUs now and
 // when leased ones free up); credit.go (a buyer's credit with a provider:
 // what it owes and has in progress against the provider's limit).
