@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	gproto "google.golang.org/protobuf/proto"
+
 	"github.com/suanli/suanli/proto"
 )
 
@@ -90,9 +92,9 @@ func TestReceiptsAcrossPriceBoundary(t *testing.T) {
 			t.Errorf("receipt %d charges %d, want %d", i+1, r.AmountMicros, wantAmounts[i])
 		}
 		if i == 0 {
-			dear := *r
+			dear := gproto.Clone(r).(*proto.Receipt)
 			dear.AmountMicros, dear.CumulativeMicros = 33_334, 33_334
-			if err := VerifyNext(terms, prev, &dear, hashOf(&dear), time.UnixMilli(r.CreatedUnixMs)); !errors.Is(err, ErrReceiptAmount) {
+			if err := VerifyNext(terms, prev, dear, hashOf(dear), time.UnixMilli(r.CreatedUnixMs)); !errors.Is(err, ErrReceiptAmount) {
 				t.Errorf("the day price for the night: VerifyNext = %v, want ErrReceiptAmount", err)
 			}
 		}
