@@ -16,6 +16,7 @@ const (
 	PassRegion      = "region"       // the ask's GPUs are in no region asked for
 	PassOwnOrder    = "own-order"    // the resting order is the taker's own
 	PassAllOrNone   = "all-or-none"  // one side is all-or-none and the quantities do not fit
+	PassStart       = "start"        // the ask's reserved blocks start after the bid's
 )
 
 // PassedOver counts the opposite orders at or better than a taker's

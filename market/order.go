@@ -75,6 +75,9 @@ var (
 	// ErrOrderDuration is returned when durations are missing, inverted,
 	// longer than MaxLeaseDuration, or set on the wrong side.
 	ErrOrderDuration = errors.New("market: order duration invalid")
+	// ErrOrderStart is returned for a forward start on other than reserved
+	// time, in the past, or beyond MaxReserveHorizon.
+	ErrOrderStart = errors.New("market: order start invalid")
 	// ErrOrderLeaseType is returned when a lease type is unknown.
 	ErrOrderLeaseType = errors.New("market: order lease type unknown")
 	// ErrOrderFlags is returned when flags contradict each other (post-only
@@ -225,6 +228,21 @@ type Order struct {
 
 	Constraints Constraints // bids only
 	Facts       Facts       // asks only
+
+	// Start, for reserved time only, is a forward block's start: the block
+	// a bid wants, or the earliest an ask sells; zero is now (Created).
+	Start time.Time
+}
+
+// MaxReserveHorizon is how far ahead a reserved block may start.
+const MaxReserveHorizon = 30 * 24 * time.Hour
+
+// BlockStart is when the order's lease would start: Start, or Created.
+func (o *Order) BlockStart() time.Time {
+	if o.Start.IsZero() {
+		return o.Created
+	}
+	return o.Start
 }
 
 // Validate checks an order against now: bounds, syntax and consistency. It
@@ -264,6 +282,12 @@ func (o *Order) validate(now time.Time) error {
 		return fmt.Errorf("%w: time in force %d", ErrOrderFlags, o.TimeInForce)
 	case o.PostOnly && o.TimeInForce == IOC:
 		return fmt.Errorf("%w: post-only with immediate-or-cancel never trades", ErrOrderFlags)
+	case !o.Start.IsZero() && o.LeaseType != Reserved:
+		return fmt.Errorf("%w: only reserved time starts later; a %s order starts now", ErrOrderStart, o.LeaseType)
+	case !o.Start.IsZero() && o.Start.Before(o.Created.Add(-MaxClockSkew)):
+		return fmt.Errorf("%w: %s is in the past", ErrOrderStart, o.Start.UTC().Format(time.RFC3339))
+	case !o.Start.IsZero() && o.Start.After(o.Created.Add(MaxReserveHorizon)):
+		return fmt.Errorf("%w: %s is beyond the %s horizon", ErrOrderStart, o.Start.UTC().Format(time.RFC3339), MaxReserveHorizon)
 	}
 	if _, err := LookupCurrency(o.Currency); err != nil {
 		return err
@@ -373,6 +397,9 @@ func accepts(bid, ask *Order) bool { return mismatch(bid, ask) == "" }
 // mismatch is the first reason (a Pass* label) why bid and ask cannot
 // trade, "" when they can.
 func mismatch(bid, ask *Order) string {
+	if bid.BlockStart().Before(ask.BlockStart()) && !ask.Start.IsZero() {
+		return PassStart
+	}
 	if bid.Duration < ask.MinDuration {
 		return PassMinDuration
 	}
@@ -439,6 +466,7 @@ var reasons = []struct {
 	{ErrUnknownCurrency, "bad-currency"},
 	{ErrOrderMarket, "bad-market"},
 	{ErrOrderDuration, "bad-duration"},
+	{ErrOrderStart, "bad-start"},
 	{ErrOrderLeaseType, "bad-lease-type"},
 	{ErrOrderFlags, "bad-flags"},
 	{ErrOrderConstraints, "bad-constraints"},

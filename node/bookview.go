@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"sort"
+	"time"
 
 	"github.com/suanli/suanli/market"
 )
@@ -22,6 +23,21 @@ type BookView struct {
 	// Index is the volume-weighted, one-print-per-provider average of the
 	// last hour's fills.
 	Index string `json:"index,omitempty"`
+	// Blocks are the resting reserved orders for time ahead (a forward
+	// start), apart from the depth of time now; they are in Bids and Asks
+	// too, at their prices.
+	Blocks []BlockView `json:"blocks,omitempty"`
+}
+
+// BlockView is a resting order for a forward block of reserved time.
+type BlockView struct {
+	Side  string    `json:"side"`
+	Price string    `json:"price"`
+	Count uint32    `json:"count"`
+	Start time.Time `json:"start"`
+	// Duration is a bid's block; MaxDuration the longest an ask sells.
+	Duration    string `json:"duration,omitempty"`
+	MaxDuration string `json:"max_duration,omitempty"`
 }
 
 // LevelView is one price level.
@@ -49,6 +65,20 @@ func (n *Node) Book(ctx context.Context, mkt, currency string) (BookView, error)
 	}
 	f := func(p int64) string { return market.FormatMicros(p, cur) }
 	v := BookView{Market: mkt, Currency: cur, Bids: []LevelView{}, Asks: []LevelView{}}
+	now := n.now()
+	for _, side := range []market.Side{market.Bid, market.Ask} {
+		for o, rem := range s.book.Orders(side) {
+			if o.Start.After(now) {
+				b := BlockView{Side: side.String(), Price: f(o.Price), Count: rem, Start: o.Start.UTC()}
+				if side == market.Bid {
+					b.Duration = o.Duration.String()
+				} else {
+					b.MaxDuration = o.MaxDuration.String()
+				}
+				v.Blocks = append(v.Blocks, b)
+			}
+		}
+	}
 	bids, asks := s.book.Depth(0)
 	for _, l := range bids {
 		v.Bids = append(v.Bids, LevelView{Price: f(l.Price), Count: l.Quantity, Orders: l.Orders})

@@ -113,5 +113,14 @@ func (s *store) gpuHolds(now time.Time) (map[string]gpuHold, error) {
 		}
 		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	active, err := s.activeBlocks(now) // forward blocks that have begun
+	for u, h := range active {
+		if _, ok := out[u]; !ok {
+			out[u] = h
+		}
+	}
 	return out, err
 }

@@ -861,6 +861,10 @@ func (n *Node) CloseLease(ctx context.Context, id string) (LeaseView, error) {
 	reason := market.CloseBuyer
 	if r.rec.Role == market.RoleProvider {
 		reason = market.CloseProvider
+	} else if market.LeaseType(r.terms.LeaseType) == market.Reserved && n.now().Before(market.LeaseEnd(r.terms)) {
+		// Reserved time is a commitment: the buyer pays for all of it.
+		return LeaseView{}, badRequest("lease %s is reserved until %s: a commitment, not closed early by the buyer", id,
+			market.LeaseEnd(r.terms).Format(time.RFC3339))
 	}
 	r.mu.Lock()
 	if r.ml.State != market.LeaseRunning && r.ml.State != market.LeaseStarting {

@@ -190,6 +190,7 @@ func (s *store) releaseGPUs(uuids []string, lease string) {
 		}
 		return nil
 	})
+	s.releaseBlocks(uuids, lease)
 }
 
 // reservedGPUs lists GPUs held by a lease that has not ended by now.
@@ -211,6 +212,13 @@ func (s *store) reservedGPUs(now time.Time) (map[string]bool, error) {
 		}
 		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	active, err := s.activeBlocks(now)
+	for u := range active {
+		out[u] = true
+	}
 	return out, err
 }
 

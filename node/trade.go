@@ -60,6 +60,10 @@ type OrderRequest struct {
 	PostOnly    bool   `json:"post_only,omitempty"`
 	AllOrNone   bool   `json:"all_or_none,omitempty"`
 	ClientKey   string `json:"client_key,omitempty"`
+	// Start, for reserved time, is a forward block's start: RFC 3339, or
+	// "+D" from now (e.g. "+5s"); empty: now. A bid's block is
+	// [Start, Start+Duration); an ask sells blocks from Start on.
+	Start string `json:"start,omitempty"`
 	// Requeue, for a spot bid: when its lease is preempted, the bid goes
 	// back on the book for the rest of its duration.
 	Requeue bool `json:"requeue,omitempty"`
@@ -141,6 +145,13 @@ func (req OrderRequest) workload() WorkloadSpec {
 func (n *Node) buildOrder(req OrderRequest) (*market.Order, *proto.Order, error) {
 	now := n.now()
 	cur := cmpOr(req.Currency, "USD")
+	if req.Price == "" && req.Side == "ask" && req.LeaseType == "reserved" {
+		p, err := n.reservedAskPrice(req)
+		if err != nil {
+			return nil, nil, err
+		}
+		req.Price = p
+	}
 	price, err := market.ParseMoney(req.Price, cur)
 	if err != nil {
 		return nil, nil, badRequest("price: %v", err)
@@ -183,6 +194,13 @@ func (n *Node) buildOrder(req OrderRequest) (*market.Order, *proto.Order, error)
 	if req.IOC {
 		po.TimeInForce = proto.TimeInForce_TIME_IN_FORCE_IOC
 	}
+	if req.Start != "" {
+		start, err := parseStart(req.Start, now)
+		if err != nil {
+			return nil, nil, badRequest("start: %v", err)
+		}
+		po.StartUnixMs = start.UnixMilli()
+	}
 	switch side {
 	case market.Bid:
 		po.Side = proto.Side_SIDE_BID
@@ -218,6 +236,9 @@ func (n *Node) buildOrder(req OrderRequest) (*market.Order, *proto.Order, error)
 	}
 	if side == market.Ask {
 		free, err := n.freeGPUs(o.Market)
+		if !o.Start.IsZero() && o.Start.After(now) {
+			free, err = n.freeGPUsFor(o.Market, o.Start, o.Start.Add(o.MinDuration))
+		}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -423,6 +444,7 @@ func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.M
 		return 0, err
 	}
 	now := n.now()
+	blockStart := now // a forward block's start, for a provider taking a reserved bid
 	take := &proto.Take{
 		Taker: []byte(n.host.ID()), Market: o.Market, MakerOrderId: m.OrderID, TakerOrder: env,
 		Quantity: m.Quantity, PriceMicros: m.Price, Currency: o.Currency,
@@ -441,6 +463,7 @@ func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.M
 		}
 		take.DurationS = int64(bid.Duration / time.Second)
 		take.LeaseType = p2p.LeaseTypeToProto(o.LeaseType)
+		blockStart = leaseStartFor(&bid, now)
 		if err := n.checkBidCredit(m.OrderID, m.Maker, m.Quantity, m.Price, o.Currency, bid.Duration); err != nil {
 			return 0, err
 		}
@@ -453,6 +476,9 @@ func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.M
 		// accept signed in that window still finds the GPUs held.
 		n.tradeMu.Lock()
 		free, err := n.freeGPUs(o.Market)
+		if blockStart.After(now) {
+			free, err = n.freeGPUsFor(o.Market, blockStart, blockStart.Add(time.Duration(take.DurationS)*time.Second))
+		}
 		if err == nil && uint32(len(free)) < m.Quantity {
 			err = fmt.Errorf("only %d GPUs free", len(free))
 		}
@@ -462,7 +488,11 @@ func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.M
 		}
 		if err == nil {
 			takeID = proto.CIDOf(takeEnv).String()
-			err = n.store.reserveGPUs(take.Gpus, takeID, now.Add(takeTimeout+time.Minute))
+			if blockStart.After(now) {
+				err = n.store.reserveBlock(take.Gpus, takeID, blockStart, blockStart.Add(time.Duration(take.DurationS)*time.Second))
+			} else {
+				err = n.store.reserveGPUs(take.Gpus, takeID, now.Add(takeTimeout+time.Minute))
+			}
 		}
 		n.tradeMu.Unlock()
 		if err != nil {
@@ -501,7 +531,12 @@ func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.M
 			release()
 			return 0, fmt.Errorf("maker sent an invalid accept: %v", err)
 		}
-		if len(take.Gpus) > 0 {
+		// A forward block starts when its bid said, not when the maker likes.
+		if want := wantStart(o, blockStart, now); !want.IsZero() && ev.Lease.StartUnixMs != want.UnixMilli() {
+			release()
+			return 0, fmt.Errorf("maker's lease starts %s, the block at %s", time.UnixMilli(ev.Lease.StartUnixMs).UTC().Format(time.RFC3339), want.UTC().Format(time.RFC3339))
+		}
+		if len(take.Gpus) > 0 && !blockStart.After(now) {
 			end := time.UnixMilli(ev.Lease.StartUnixMs).Add(time.Duration(ev.Lease.DurationS)*time.Second + time.Minute)
 			if err := n.store.reserveGPUs(take.Gpus, takeID, end); err != nil {
 				n.log.Error("extending GPU hold to the lease failed", "lease", ev.Lease.Id, "err", err)
@@ -617,11 +652,20 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 		}
 		lease.BillingIncrementS = int64(n.chargeIncrement / time.Second)
 		lease.Schedule, lease.UtcOffsetMinutes = n.schedule, n.scheduleOffset
+		start := leaseStartFor(to, now)
+		lease.StartUnixMs = start.UnixMilli()
+		end := start.Add(time.Duration(take.DurationS) * time.Second)
 		free, err := n.freeGPUs(take.Market)
+		if start.After(now) {
+			free, err = n.freeGPUsFor(take.Market, start, end)
+		}
 		if err != nil {
 			return reject("%v", err)
 		}
 		gpus := free
+		if uint32(len(free)) < take.Quantity && start.After(now) {
+			return reject("only %d GPUs free for the block from %s", len(free), start.UTC().Format(time.RFC3339))
+		}
 		if uint32(len(free)) < take.Quantity {
 			var ok bool
 			victims, gpus, ok = market.ChoosePreempted(n.preemptible(take.Market), free, int(take.Quantity), mine.LeaseType, take.PriceMicros, n.preemptMargin)
@@ -636,12 +680,16 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 		if err := n.checkCredit(lease, now); err != nil {
 			return reject("%v", err)
 		}
-		end := time.UnixMilli(lease.StartUnixMs).Add(time.Duration(take.DurationS)*time.Second + time.Minute)
-		if err := n.store.reserveGPUs(lease.Gpus, takeID, end, victimIDs(victims)...); err != nil {
+		end = time.UnixMilli(lease.StartUnixMs).Add(time.Duration(take.DurationS)*time.Second + time.Minute)
+		if start.After(now) {
+			end = start.Add(time.Duration(take.DurationS) * time.Second) // a block holds exactly its time
+		}
+		if err := n.store.reserveBlock(lease.Gpus, takeID, time.UnixMilli(lease.StartUnixMs), end, victimIDs(victims)...); err != nil {
 			return reject("reserving GPUs: %v", err)
 		}
 	} else {
 		lease.Provider, lease.Buyer = []byte(from), []byte(n.host.ID())
+		lease.StartUnixMs = leaseStartFor(&mine, now).UnixMilli() // a forward block starts at its time
 		if uint32(len(take.Gpus)) != take.Quantity {
 			return reject("take names %d GPUs for %d", len(take.Gpus), take.Quantity)
 		}

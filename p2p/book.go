@@ -355,6 +355,9 @@ func OrderFromProto(po *proto.Order) (*market.Order, error) {
 		AllOrNone:   po.AllOrNone,
 		ClientKey:   po.ClientKey,
 	}
+	if po.StartUnixMs != 0 {
+		o.Start = time.UnixMilli(po.StartUnixMs)
+	}
 	switch po.Side {
 	case proto.Side_SIDE_BID:
 		o.Side = market.Bid

@@ -196,7 +196,10 @@ type Order struct {
 	Constraints   *Constraints           `protobuf:"bytes,18,opt,name=constraints,proto3" json:"constraints,omitempty"` // bids
 	// offer_seq names the maker's offer (asks): validators check it covers
 	// the quantity in this market.
-	OfferSeq      uint64 `protobuf:"varint,19,opt,name=offer_seq,json=offerSeq,proto3" json:"offer_seq,omitempty"`
+	OfferSeq uint64 `protobuf:"varint,19,opt,name=offer_seq,json=offerSeq,proto3" json:"offer_seq,omitempty"`
+	// start_unix_ms, for reserved time only, is a forward block's start: the
+	// block a bid wants, or the earliest an ask sells. 0: now.
+	StartUnixMs   int64 `protobuf:"varint,20,opt,name=start_unix_ms,json=startUnixMs,proto3" json:"start_unix_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -360,6 +363,13 @@ func (x *Order) GetConstraints() *Constraints {
 func (x *Order) GetOfferSeq() uint64 {
 	if x != nil {
 		return x.OfferSeq
+	}
+	return 0
+}
+
+func (x *Order) GetStartUnixMs() int64 {
+	if x != nil {
+		return x.StartUnixMs
 	}
 	return 0
 }
@@ -1320,7 +1330,7 @@ var File_book_proto protoreflect.FileDescriptor
 const file_book_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"book.proto\x12\tsuanli.v1\"\xaa\x05\n" +
+	"book.proto\x12\tsuanli.v1\"\xce\x05\n" +
 	"\x05Order\x12\x14\n" +
 	"\x05maker\x18\x01 \x01(\fR\x05maker\x12#\n" +
 	"\x04side\x18\x02 \x01(\x0e2\x0f.suanli.v1.SideR\x04side\x12\x16\n" +
@@ -1344,7 +1354,8 @@ const file_book_proto_rawDesc = "" +
 	"\n" +
 	"client_key\x18\x11 \x01(\tR\tclientKey\x128\n" +
 	"\vconstraints\x18\x12 \x01(\v2\x16.suanli.v1.ConstraintsR\vconstraints\x12\x1b\n" +
-	"\toffer_seq\x18\x13 \x01(\x04R\bofferSeq\"\xb1\x01\n" +
+	"\toffer_seq\x18\x13 \x01(\x04R\bofferSeq\x12\"\n" +
+	"\rstart_unix_ms\x18\x14 \x01(\x03R\vstartUnixMs\"\xb1\x01\n" +
 	"\vConstraints\x12\x18\n" +
 	"\aregions\x18\x01 \x03(\tR\aregions\x12'\n" +
 	"\x0fmin_attestation\x18\x02 \x01(\tR\x0eminAttestation\x12(\n" +

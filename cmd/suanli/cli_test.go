@@ -66,6 +66,7 @@ func TestUsageErrors(t *testing.T) {
 		{name: "bid port without image", args: []string{"--repo", repo, "bid", "--gpu", "x", "--count", "1", "--price", "1", "--duration", "1m", "--port", "22"}, wantErr: "need --image"},
 		{name: "bid port bogus", args: []string{"--repo", repo, "bid", "--gpu", "x", "--count", "1", "--price", "1", "--duration", "1m", "--image", "a/b", "--port", "99999"}, wantErr: "--port"},
 		{name: "bid exec and image", args: []string{"--repo", repo, "bid", "--gpu", "x", "--count", "1", "--price", "1", "--duration", "1m", "--image", "a/b", "--exec", "--", "sh"}, wantErr: "conflict"},
+		{name: "bid start on spot", args: []string{"--repo", repo, "bid", "--gpu", "nvidia-h100-sxm5-80gb", "--count", "1", "--price", "1", "--duration", "1m", "--start", "+5s"}, wantErr: "--start is for --type reserved"},
 		{name: "evidence verify without file", args: []string{"--repo", repo, "evidence", "verify"}, wantErr: "needs --file"},
 		{name: "devnet zero providers", args: []string{"devnet", "--providers", "0"}, wantErr: "--providers and --buyers must be 1..200"},
 		{name: "simnet too few nodes", args: []string{"simnet", "--nodes", "3"}, wantErr: "simnet: 3 nodes, want 4..2000"},

@@ -34,6 +34,7 @@ func (f *orderFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.req.Price, "price", "", "price per GPU-hour, a `decimal` (required)")
 	fs.StringVar(&f.req.Currency, "currency", "USD", "`currency` of --price")
 	fs.StringVar(&f.req.LeaseType, "type", "spot", "lease type: spot, on-demand or reserved")
+	fs.StringVar(&f.req.Start, "start", "", "reserved: a forward block's `start`, RFC 3339 or +DURATION from now (default now)")
 	fs.DurationVar(&f.expires, "expires", time.Hour, "rest on the book for `duration` (at most 24h)")
 	fs.StringVar(&f.req.ClientKey, "client-key", "", "idempotency `key`: retrying with the same key never places two orders")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "give up after `duration`")
@@ -48,8 +49,10 @@ func (f *orderFlags) check() error {
 		return fmt.Errorf("%w: --gpu %q is not a market key like nvidia-h100-sxm5-80gb", errUsage, f.req.Market)
 	case f.req.Count == 0:
 		return fmt.Errorf("%w: --count N is required", errUsage)
-	case f.req.Price == "":
-		return fmt.Errorf("%w: --price DECIMAL is required", errUsage)
+	case f.req.Price == "" && !(f.req.Side == "ask" && f.req.LeaseType == "reserved"):
+		return fmt.Errorf("%w: --price DECIMAL is required (a reserved ask without it takes the offer's discounted price)", errUsage)
+	case f.req.Start != "" && f.req.LeaseType != "reserved":
+		return fmt.Errorf("%w: --start is for --type reserved", errUsage)
 	}
 	if _, err := market.ParseMoney(f.req.Price, f.req.Currency); err != nil {
 		return fmt.Errorf("%w: --price: %v", errUsage, err)
@@ -74,6 +77,7 @@ func cmdAsk(e *env, args []string) error {
 	if err := parse(e, fs, args, 0); err != nil {
 		return err
 	}
+	f.req.Side = "ask"
 	if err := f.check(); err != nil {
 		return err
 	}
@@ -340,6 +344,16 @@ func cmdBook(e *env, args []string) error {
 		return s
 	}
 	fmt.Fprintf(e.stdout, "spread %s  spot %s  index (1h) %s\n", dash(b.Spread), dash(b.Spot), dash(b.Index))
+	if len(b.Blocks) > 0 {
+		fmt.Fprintln(e.stdout, "reserved blocks ahead:")
+		for _, x := range b.Blocks {
+			span := "for " + x.Duration
+			if x.Side == "ask" {
+				span = "up to " + x.MaxDuration
+			}
+			fmt.Fprintf(e.stdout, "  %s %d GPUs at %s from %s %s\n", x.Side, x.Count, x.Price, x.Start.Format(time.RFC3339), span)
+		}
+	}
 	return nil
 }
 
