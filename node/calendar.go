@@ -220,7 +220,6 @@ func leaseStartFor(bid *market.Order, now time.Time) time.Time {
 	return now
 }
 
-
 // wantStart is when the lease of a take by o must start, when that is
 // fixed: a bid's forward block, or the resting bid's block a provider
 // takes; zero when the lease starts now.
