@@ -38,21 +38,7 @@ func cmdEvidence(e *env, args []string) error {
 		return nil
 	}
 	if len(args) > 0 && args[0] == "export" {
-		fs := flag.NewFlagSet("evidence export", flag.ContinueOnError)
-		if err := parse(e, fs, args[1:], 1); err != nil {
-			return err
-		}
-		c, ctx, cancel, err := leaseClient(e)
-		if err != nil {
-			return err
-		}
-		defer cancel()
-		b, err := c.ExportEvidence(ctx, e.args[0])
-		if err != nil {
-			return err
-		}
-		_, err = e.stdout.Write(b)
-		return err
+		return cmdExport(e, "evidence export", args[1:], (*node.Client).ExportEvidence)
 	}
 	fs := flag.NewFlagSet("evidence", flag.ContinueOnError)
 	who := fs.String("peer", "", "only evidence signed by this `peer`")

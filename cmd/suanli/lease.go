@@ -16,6 +16,26 @@ import (
 // Lease and settlement commands: leases, lease show|close, logs, receipts,
 // settle.
 
+// cmdExport writes what export returns for the one argument (a lease,
+// a piece of evidence) to stdout, for a third party to verify offline.
+func cmdExport(e *env, name string, args []string, export func(*node.Client, context.Context, string) ([]byte, error)) error {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	if err := parse(e, fs, args, 1); err != nil {
+		return err
+	}
+	c, ctx, cancel, err := leaseClient(e)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	b, err := export(c, ctx, e.args[0])
+	if err != nil {
+		return err
+	}
+	_, err = e.stdout.Write(b)
+	return err
+}
+
 func leaseClient(e *env) (*node.Client, context.Context, context.CancelFunc, error) {
 	c, err := node.OpenClient(e.repo)
 	if err != nil {
@@ -157,21 +177,7 @@ func cmdReceipts(e *env, args []string) error {
 		return cmdReceiptsVerify(e, args[1:])
 	}
 	if len(args) > 0 && args[0] == "export" {
-		fs := flag.NewFlagSet("receipts export", flag.ContinueOnError)
-		if err := parse(e, fs, args[1:], 1); err != nil {
-			return err
-		}
-		c, ctx, cancel, err := leaseClient(e)
-		if err != nil {
-			return err
-		}
-		defer cancel()
-		b, err := c.ExportReceipts(ctx, e.args[0])
-		if err != nil {
-			return err
-		}
-		_, err = e.stdout.Write(b)
-		return err
+		return cmdExport(e, "receipts export", args[1:], (*node.Client).ExportReceipts)
 	}
 	fs := flag.NewFlagSet("receipts", flag.ContinueOnError)
 	if err := parse(e, fs, args, 1); err != nil {
