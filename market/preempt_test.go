@@ -87,3 +87,26 @@ func TestCheckPreemption(t *testing.T) {
 		t.Error("LeaseNotice does not follow the terms")
 	}
 }
+
+// FuzzCheckPreemption: a notice is refused with ErrPreemption or holds:
+// signed by the provider, for a spot lease, with at least its notice.
+func FuzzCheckPreemption(f *testing.F) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC).UnixMilli()
+	f.Add("L", []byte("prov"), []byte("prov"), now, now+30_000, "x", int32(1))
+	f.Add("L", []byte("buyer"), []byte("prov"), now, now+1_000, "", int32(2))
+	f.Add("M", []byte("prov"), []byte("prov"), now-3_600_000, now, "", int32(1))
+	f.Fuzz(func(t *testing.T, id string, signer, provider []byte, created, ends int64, reason string, lt int32) {
+		terms := &proto.Lease{Id: "L", Provider: []byte("prov"), LeaseType: proto.LeaseType(lt)}
+		p := &proto.Preemption{LeaseId: id, Provider: provider, CreatedUnixMs: created, EndsUnixMs: ends, Reason: reason}
+		err := CheckPreemption(terms, p, signer, time.UnixMilli(now))
+		if err != nil {
+			if !errors.Is(err, ErrPreemption) {
+				t.Fatalf("CheckPreemption = %v, not ErrPreemption", err)
+			}
+			return
+		}
+		if string(signer) != "prov" || id != "L" || !LeaseType(lt).Interruptible() || ends-created < LeaseNotice(terms).Milliseconds() {
+			t.Fatalf("CheckPreemption let through %+v signed by %q", p, signer)
+		}
+	})
+}
