@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/suanli/suanli/node/api"
 )
 
 // Access to the local API.
@@ -161,20 +163,14 @@ func (s *apiServer) access(r *http.Request) access {
 	return accessNone
 }
 
-// AccessView says what the token of a request may do.
-type AccessView struct {
-	// Access is "full" or "read-only".
-	Access string `json:"access"`
-}
-
 // registerAccessRoute serves GET /api/v0/access, so a page can tell a
 // read-only token from a full one and hide what it could not do.
 func registerAccessRoute(mux *http.ServeMux, s *apiServer) {
-	mux.HandleFunc("GET "+apiPrefix+"/access", s.auth(func(r *http.Request) (any, error) {
+	mux.HandleFunc("GET "+api.Prefix+"/access", s.auth(func(r *http.Request) (any, error) {
 		if s.access(r) == accessFull {
-			return AccessView{Access: "full"}, nil
+			return api.AccessView{Access: "full"}, nil
 		}
-		return AccessView{Access: "read-only"}, nil
+		return api.AccessView{Access: "read-only"}, nil
 	}))
 }
 
@@ -200,20 +196,20 @@ func (s *apiServer) guard(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !hosts[strings.ToLower(r.Host)] {
 			s.n.metrics.rejects.WithLabelValues("api", "foreign_host").Inc()
-			writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("host %q is not this API's address", r.Host)})
+			writeError(w, api.Errorf(api.CodeForbidden, "host %q is not this API's address", r.Host))
 			return
 		}
 		if o := r.Header.Get("Origin"); o != "" {
 			u, err := url.Parse(o)
 			if err != nil || u.Scheme != "http" || !hosts[strings.ToLower(u.Host)] {
 				s.n.metrics.rejects.WithLabelValues("api", "foreign_origin").Inc()
-				writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("origin %q is not this API's own", o)})
+				writeError(w, api.Errorf(api.CodeForbidden, "origin %q is not this API's own", o))
 				return
 			}
 		}
 		if f := r.Header.Get("Sec-Fetch-Site"); f == "cross-site" {
 			s.n.metrics.rejects.WithLabelValues("api", "foreign_origin").Inc()
-			writeJSON(w, http.StatusForbidden, apiError{Error: "cross-site request refused"})
+			writeError(w, api.Errorf(api.CodeForbidden, "cross-site request refused"))
 			return
 		}
 		w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -229,13 +225,13 @@ func decodeBody(r *http.Request, what string, limit int64, v any) error {
 	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, limit))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return badRequest("%s: %s", what, describeJSONError(err))
+		return api.BadRequest("%s: %s", what, describeJSONError(err))
 	}
 	if dec.More() {
-		return badRequest("%s: trailing data after the JSON object", what)
+		return api.BadRequest("%s: trailing data after the JSON object", what)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return badRequest("%s: trailing data after the JSON object", what)
+		return api.BadRequest("%s: trailing data after the JSON object", what)
 	}
 	return nil
 }

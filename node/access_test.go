@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/client"
 )
 
 // startLone starts one buyer node with its API on loopback, on repo.
@@ -66,7 +67,7 @@ func TestAPIAccess(t *testing.T) {
 	repo := filepath.Join(t.TempDir(), "node")
 	n := startLone(t, repo)
 	defer func() { n.Close() }()
-	ep, err := node.ReadAPIEndpoint(repo)
+	ep, err := client.ReadEndpoint(repo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +160,7 @@ func TestAPIAccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	n = startLone(t, repo)
-	ep2, err := node.ReadAPIEndpoint(repo)
+	ep2, err := client.ReadEndpoint(repo)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/client"
 	"github.com/suanli/suanli/node/devnet"
 )
 
@@ -16,19 +18,19 @@ import (
 func TestAPI(t *testing.T) {
 	net := startNet(t, 1, 1)
 	provider, buyer := net.Providers[0], net.Buyers[0]
-	client := func(n *node.Node) node.API {
-		ep, err := node.ReadAPIEndpoint(repoOf(t, n))
+	viaClient := func(n *node.Node) api.API {
+		ep, err := client.ReadEndpoint(repoOf(t, n))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return node.NewClient(ep)
+		return client.New(ep)
 	}
 	impls := []struct {
 		name            string
-		provider, buyer node.API
+		provider, buyer api.API
 	}{
 		{"in-process", provider, buyer},
-		{"http", client(provider), client(buyer)},
+		{"http", viaClient(provider), viaClient(buyer)},
 	}
 	for _, impl := range impls {
 		t.Run(impl.name, func(t *testing.T) {
@@ -62,7 +64,7 @@ func TestAPI(t *testing.T) {
 			if len(inv.GPUs) != 8 || inv.Backend != "sim:dgxh100" || inv.GPUs[0].Telemetry == nil {
 				t.Errorf("GPUs() = %d GPUs from %q (telemetry %v), want 8 from sim:dgxh100 with telemetry", len(inv.GPUs), inv.Backend, inv.GPUs[0].Telemetry)
 			}
-			if _, err := impl.buyer.GPUs(ctx); !errors.Is(err, node.ErrNoGPUs) {
+			if _, err := impl.buyer.GPUs(ctx); !errors.Is(err, api.ErrNoGPUs) {
 				t.Errorf("buyer GPUs() error = %v, want ErrNoGPUs", err)
 			}
 
@@ -76,21 +78,21 @@ func TestAPI(t *testing.T) {
 				t.Error("ExportEvidence(fill/none) = nil error, want no such evidence")
 			}
 
-			offers, err := devnet.WaitFound(ctx, impl.buyer, node.OfferQuery{GPU: "h100"}, 1)
+			offers, err := devnet.WaitFound(ctx, impl.buyer, api.OfferQuery{GPU: "h100"}, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if len(offers) != 1 || offers[0].Provider != id.ID || len(offers[0].GPUs) != 8 {
 				t.Errorf("Offers(h100) = %+v, want the provider's 8 GPUs", offers)
 			}
-			for _, bad := range []node.OfferQuery{
+			for _, bad := range []api.OfferQuery{
 				{MaxPrice: "2.00001"},
 				{MaxPrice: "abc"},
 				{MaxPrice: "1", Currency: "XXX"},
 				{Sort: "colour"},
 				{MinGPUs: -1},
 			} {
-				if _, err := impl.buyer.Offers(ctx, bad); !node.IsBadRequest(err) {
+				if _, err := impl.buyer.Offers(ctx, bad); !errors.Is(err, api.ErrBadRequest) {
 					t.Errorf("Offers(%+v) error = %v, want a bad-request error", bad, err)
 				}
 			}

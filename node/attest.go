@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/suanli/suanli/gpu/attest"
 	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -43,11 +43,6 @@ const (
 // maxSelfAttest bounds a provider's check of its own GPUs.
 const maxSelfAttest = 10 * time.Second
 
-// ErrAttestFailed is returned by Attest when the provider failed the
-// challenge: it refused (no GPUs, confidential computing off), answered
-// late, for the wrong GPUs, or not at all. The failed verdict is cached.
-var ErrAttestFailed = errors.New("node: attestation challenge failed")
-
 // WithAttestWindow sets how long a verified attestation verdict counts:
 // for Verified, and to lift a provider's asks to cc-verified. Default 1 h.
 func WithAttestWindow(d time.Duration) Option {
@@ -58,35 +53,6 @@ func WithAttestWindow(d time.Duration) Option {
 		o.verdictTTL = d
 		return nil
 	}
-}
-
-// AttestReport is the verdict of one challenge of a provider.
-type AttestReport struct {
-	Provider string    `json:"provider"`
-	Nonce    string    `json:"nonce"` // hex, this node's fresh nonce
-	Time     time.Time `json:"time"`
-	// Verified is true only when every offered GPU's evidence verified.
-	Verified bool   `json:"verified"`
-	Summary  string `json:"summary"`
-	// Failure says why the provider failed the challenge itself (no
-	// evidence to verify); GPUs is then empty.
-	Failure string       `json:"failure,omitempty"`
-	GPUs    []GPUVerdict `json:"gpus"`
-}
-
-// GPUVerdict is one GPU's verification.
-type GPUVerdict struct {
-	UUID     string      `json:"uuid"`
-	Verified bool        `json:"verified"`
-	Summary  string      `json:"summary"`
-	Checks   []CheckView `json:"checks"`
-}
-
-// CheckView is one verification step; Outcome is pass, fail or not-checked.
-type CheckView struct {
-	Name    string `json:"name"`
-	Outcome string `json:"outcome"`
-	Reason  string `json:"reason"`
 }
 
 // attestState is the node's attestation side: the provider's bound on
@@ -106,7 +72,7 @@ type attestState struct {
 // records that none is stored.
 type attestMemo struct {
 	found bool
-	rep   AttestReport
+	rep   api.AttestReport
 }
 
 // startAttest sets up attestation and serves p2p.AttestProtocol.
@@ -181,7 +147,17 @@ func (n *Node) answerAttest(ctx context.Context, from peer.ID, nonce []byte, uui
 // wraps ErrAttestFailed. Either verdict replaces the cached one. When the
 // offer cannot be found or the provider cannot be reached, the error says
 // so and the cache is left alone. A node attests itself without the network.
-func (n *Node) Attest(ctx context.Context, provider peer.ID) (AttestReport, error) {
+func (n *Node) Attest(ctx context.Context, provider string) (_ api.AttestReport, err error) {
+	defer classified(&err)
+	p, err := peer.Decode(provider)
+	if err != nil {
+		return api.AttestReport{}, api.BadRequest("peer: %v", err)
+	}
+	return n.attestPeer(ctx, p)
+}
+
+// attest is Attest of a decoded peer.
+func (n *Node) attestPeer(ctx context.Context, provider peer.ID) (api.AttestReport, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p2p.AttestTimeout)
@@ -189,7 +165,7 @@ func (n *Node) Attest(ctx context.Context, provider peer.ID) (AttestReport, erro
 	}
 	offer, err := n.offerOf(ctx, provider, 0)
 	if err != nil {
-		return AttestReport{}, fmt.Errorf("node: attest %s: %w", provider, err)
+		return api.AttestReport{}, fmt.Errorf("node: attest %s: %w", provider, err)
 	}
 	want := make([]string, 0, len(offer.Gpus))
 	for _, g := range offer.Gpus {
@@ -197,7 +173,7 @@ func (n *Node) Attest(ctx context.Context, provider peer.ID) (AttestReport, erro
 	}
 	nonce := make([]byte, p2p.AttestNonceSize)
 	rand.Read(nonce)
-	rep := AttestReport{Provider: provider.String(), Nonce: hex.EncodeToString(nonce), Time: n.now().UTC(), GPUs: []GPUVerdict{}}
+	rep := api.AttestReport{Provider: provider.String(), Nonce: hex.EncodeToString(nonce), Time: n.now().UTC(), GPUs: []api.GPUVerdict{}}
 
 	var evs []*proto.AttestEvidence
 	if provider == n.host.ID() {
@@ -211,14 +187,14 @@ func (n *Node) Attest(ctx context.Context, provider peer.ID) (AttestReport, erro
 	}
 	if err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, p2p.ErrAttestUnreachable) {
-			return AttestReport{}, fmt.Errorf("node: attest %s: %w", provider, err)
+			return api.AttestReport{}, fmt.Errorf("node: attest %s: %w", provider, err)
 		}
 		n.metrics.rejects.WithLabelValues("attest", p2p.AttestReason(err)).Inc()
 		rep.Failure = strings.TrimPrefix(err.Error(), "p2p: ")
 		rep.Summary = "FAILED: " + rep.Failure
 		n.saveVerdict(provider, rep)
 		n.log.Info("provider failed attestation", "provider", provider, "reason", rep.Failure)
-		return AttestReport{}, fmt.Errorf("%w: %s: %w", ErrAttestFailed, provider, err)
+		return api.AttestReport{}, fmt.Errorf("%w: %s: %w", api.ErrAttestFailed, provider, err)
 	}
 
 	now := n.now()
@@ -234,13 +210,13 @@ func (n *Node) Attest(ctx context.Context, provider peer.ID) (AttestReport, erro
 	rep.Verified = true
 	verified := 0
 	for i, v := range verdicts {
-		g := GPUVerdict{UUID: want[i], Verified: v.Verified(), Summary: v.Summary(), Checks: make([]CheckView, 0, len(v.Checks)+1)}
+		g := api.GPUVerdict{UUID: want[i], Verified: v.Verified(), Summary: v.Summary(), Checks: make([]api.CheckView, 0, len(v.Checks)+1)}
 		for _, c := range v.Checks {
 			reason := c.Reason
 			if c.Name == attest.CheckNonce && c.Outcome == attest.Fail && sim {
 				reason += " (a simulated machine serves NVIDIA's sample evidence, made for another nonce)"
 			}
-			g.Checks = append(g.Checks, CheckView{Name: c.Name, Outcome: c.Outcome.String(), Reason: reason})
+			g.Checks = append(g.Checks, api.CheckView{Name: c.Name, Outcome: c.Outcome.String(), Reason: reason})
 		}
 		g.Checks = append(g.Checks, distinct[i])
 		if distinct[i].Outcome == attest.Fail.String() {
@@ -268,8 +244,8 @@ const CheckDistinct = "distinct"
 
 // distinctDevices checks that no two evidences come from the same device
 // (same leaf key, or same device ID in the leaf certificate).
-func distinctDevices(vs []*attest.Verdict) []CheckView {
-	out := make([]CheckView, len(vs))
+func distinctDevices(vs []*attest.Verdict) []api.CheckView {
+	out := make([]api.CheckView, len(vs))
 	byKey, byID := map[string][]int{}, map[string][]int{}
 	for i, v := range vs {
 		if len(v.Chain) == 0 {
@@ -282,7 +258,7 @@ func distinctDevices(vs []*attest.Verdict) []CheckView {
 	}
 	for i, v := range vs {
 		if len(v.Chain) == 0 {
-			out[i] = CheckView{Name: CheckDistinct, Outcome: attest.NotChecked.String(), Reason: "no leaf certificate"}
+			out[i] = api.CheckView{Name: CheckDistinct, Outcome: attest.NotChecked.String(), Reason: "no leaf certificate"}
 			continue
 		}
 		same := map[int]bool{}
@@ -299,10 +275,10 @@ func distinctDevices(vs []*attest.Verdict) []CheckView {
 			name = "with this leaf key"
 		}
 		if len(same) == 1 {
-			out[i] = CheckView{Name: CheckDistinct, Outcome: attest.Pass.String(), Reason: "device " + name + " answers for this GPU only"}
+			out[i] = api.CheckView{Name: CheckDistinct, Outcome: attest.Pass.String(), Reason: "device " + name + " answers for this GPU only"}
 			continue
 		}
-		out[i] = CheckView{Name: CheckDistinct, Outcome: attest.Fail.String(),
+		out[i] = api.CheckView{Name: CheckDistinct, Outcome: attest.Fail.String(),
 			Reason: fmt.Sprintf("the same device %s answers for %d of the offer's GPUs", name, len(same))}
 	}
 	return out
@@ -310,7 +286,7 @@ func distinctDevices(vs []*attest.Verdict) []CheckView {
 
 // summarizeGPUs is "N of M GPUs verified", then the GPUs' summaries, once
 // each.
-func summarizeGPUs(gs []GPUVerdict, verified int) string {
+func summarizeGPUs(gs []api.GPUVerdict, verified int) string {
 	s := fmt.Sprintf("%d of %d GPUs verified", verified, len(gs))
 	var distinct []string
 	seen := map[string]bool{}
@@ -329,7 +305,7 @@ func summarizeGPUs(gs []GPUVerdict, verified int) string {
 func attestKey(p peer.ID) []byte { return append([]byte("attest/"), p...) }
 
 // saveVerdict stores rep under attest/<peer> and updates the memo.
-func (n *Node) saveVerdict(p peer.ID, rep AttestReport) {
+func (n *Node) saveVerdict(p peer.ID, rep api.AttestReport) {
 	b, err := json.Marshal(rep)
 	if err == nil {
 		err = n.store.db.Update(func(txn *badger.Txn) error { return txn.Set(attestKey(p), b) })
@@ -340,11 +316,11 @@ func (n *Node) saveVerdict(p peer.ID, rep AttestReport) {
 	n.remember(p, memoOf(rep))
 }
 
-func memoOf(rep AttestReport) attestMemo {
+func memoOf(rep api.AttestReport) attestMemo {
 	m := attestMemo{found: true, rep: rep}
-	m.rep.GPUs = make([]GPUVerdict, len(rep.GPUs))
+	m.rep.GPUs = make([]api.GPUVerdict, len(rep.GPUs))
 	for i, g := range rep.GPUs {
-		m.rep.GPUs[i] = GPUVerdict{UUID: g.UUID, Verified: g.Verified}
+		m.rep.GPUs[i] = api.GPUVerdict{UUID: g.UUID, Verified: g.Verified}
 	}
 	return m
 }
@@ -360,7 +336,7 @@ func (n *Node) remember(p peer.ID, m attestMemo) {
 
 // Verdict is the last verdict stored for a provider, read from Badger;
 // ok is false when it was never challenged.
-func (n *Node) Verdict(p peer.ID) (rep AttestReport, ok bool, err error) {
+func (n *Node) Verdict(p peer.ID) (rep api.AttestReport, ok bool, err error) {
 	err = n.store.db.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(attestKey(p))
 		if err != nil {
@@ -369,10 +345,10 @@ func (n *Node) Verdict(p peer.ID) (rep AttestReport, ok bool, err error) {
 		return item.Value(func(v []byte) error { return json.Unmarshal(v, &rep) })
 	})
 	if errors.Is(err, badger.ErrKeyNotFound) {
-		return AttestReport{}, false, nil
+		return api.AttestReport{}, false, nil
 	}
 	if err != nil {
-		return AttestReport{}, false, fmt.Errorf("node: read attestation verdict: %w", err)
+		return api.AttestReport{}, false, fmt.Errorf("node: read attestation verdict: %w", err)
 	}
 	return rep, true, nil
 }
@@ -394,28 +370,6 @@ func (n *Node) verdictMemo(p peer.ID) attestMemo {
 	}
 	n.remember(p, m)
 	return m
-}
-
-// Counts reports whether the verdict is verified and was made within
-// window before now (a verdict dated more than a minute ahead of now does
-// not count).
-func (r AttestReport) Counts(now time.Time, window time.Duration) bool {
-	age := now.Sub(r.Time)
-	return r.Verified && age <= window && age > -time.Minute
-}
-
-// Covers reports whether the verdict verified every listed GPU.
-func (r AttestReport) Covers(uuids ...string) bool {
-	ok := make(map[string]bool, len(r.GPUs))
-	for _, g := range r.GPUs {
-		ok[g.UUID] = g.Verified
-	}
-	for _, u := range uuids {
-		if !ok[u] {
-			return false
-		}
-	}
-	return true
 }
 
 // Verified reports whether this node's last verdict on p is verified and no
@@ -474,23 +428,20 @@ func (n *Node) selfAttest(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, maxSelfAttest)
 	defer cancel()
-	if _, err := n.Attest(ctx, self); err != nil && !errors.Is(err, ErrAttestFailed) {
+	if _, err := n.attestPeer(ctx, self); err != nil && !errors.Is(err, api.ErrAttestFailed) {
 		n.log.Debug("self-attestation did not run", "err", err)
 	}
 }
 
 // registerAttestRoutes adds GET /api/v0/attest/{peer}[?timeout=D].
 func registerAttestRoutes(mux *http.ServeMux, s *apiServer) {
-	mux.HandleFunc("GET "+apiPrefix+"/attest/{peer}", s.auth(func(r *http.Request) (any, error) {
-		p, err := peer.Decode(r.PathValue("peer"))
-		if err != nil {
-			return nil, badRequest("peer: %v", err)
-		}
+	mux.HandleFunc("GET "+api.Prefix+"/attest/{peer}", s.auth(func(r *http.Request) (any, error) {
+		p := r.PathValue("peer")
 		ctx := r.Context()
 		if t := r.URL.Query().Get("timeout"); t != "" {
 			d, err := time.ParseDuration(t)
 			if err != nil || d <= 0 || d > 10*time.Minute {
-				return nil, badRequest("timeout %q: want a duration in (0, 10m]", t)
+				return nil, api.BadRequest("timeout %q: want a duration in (0, 10m]", t)
 			}
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, d)
@@ -498,26 +449,4 @@ func registerAttestRoutes(mux *http.ServeMux, s *apiServer) {
 		}
 		return s.n.Attest(ctx, p)
 	}))
-}
-
-// Attest implements API. The daemon's challenge ends a little before ctx's
-// deadline, so that its answer still arrives.
-func (c *Client) Attest(ctx context.Context, provider peer.ID) (v AttestReport, err error) {
-	q := url.Values{}
-	if dl, ok := ctx.Deadline(); ok {
-		left := time.Until(dl)
-		left -= min(left/10, time.Second)
-		if left <= 0 {
-			return v, context.DeadlineExceeded
-		}
-		q.Set("timeout", left.Round(time.Millisecond).String())
-	}
-	err = c.get(ctx, "/attest/"+url.PathEscape(provider.String()), q, &v)
-	if err != nil {
-		if _, rest, ok := strings.Cut(err.Error(), ErrAttestFailed.Error()+": "); ok {
-			return AttestReport{}, fmt.Errorf("%w: %s", ErrAttestFailed, rest)
-		}
-		return AttestReport{}, err
-	}
-	return v, nil
 }

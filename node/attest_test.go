@@ -10,13 +10,15 @@ import (
 	"time"
 
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/client"
 )
 
 // checkSampleVerdict asserts what a challenge of a simulated DGX H100 must
 // give: each offered GPU's evidence is NVIDIA's genuine sample (chain and
 // signature pass) but answers another nonce, and all eight come from one
 // device, so nothing is verified.
-func checkSampleVerdict(t *testing.T, rep node.AttestReport, provider *node.Node) {
+func checkSampleVerdict(t *testing.T, rep api.AttestReport, provider *node.Node) {
 	t.Helper()
 	offered := provider.Published().Gpus
 	if rep.Provider != provider.PeerID().String() {
@@ -41,7 +43,7 @@ func checkSampleVerdict(t *testing.T, rep node.AttestReport, provider *node.Node
 		if g.Verified || !strings.Contains(g.Summary, "nonce not fresh") {
 			t.Errorf("GPU %d verified %v, summary %q; want not verified, nonce not fresh", i, g.Verified, g.Summary)
 		}
-		outcome := map[string]node.CheckView{}
+		outcome := map[string]api.CheckView{}
 		for _, c := range g.Checks {
 			outcome[c.Name] = c
 		}
@@ -72,7 +74,7 @@ func TestAttest(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	rep, err := buyer.Attest(ctx, h100.PeerID())
+	rep, err := buyer.Attest(ctx, h100.PeerID().String())
 	if err != nil {
 		t.Fatalf("Attest(h100): %v", err)
 	}
@@ -81,17 +83,17 @@ func TestAttest(t *testing.T) {
 		t.Error("Verified(h100) = true for sample evidence")
 	}
 
-	_, err = buyer.Attest(ctx, a100.PeerID())
-	if !errors.Is(err, node.ErrAttestFailed) || !strings.Contains(err.Error(), "confidential computing is off") {
+	_, err = buyer.Attest(ctx, a100.PeerID().String())
+	if !errors.Is(err, api.ErrAttestFailed) || !strings.Contains(err.Error(), "confidential computing is off") {
 		t.Fatalf("Attest(a100) = %v, want ErrAttestFailed: confidential computing is off", err)
 	}
 
 	// Through the daemon's API: a second challenge, a new nonce.
-	c, err := node.OpenClient(buyer.Repo())
+	c, err := client.Open(buyer.Repo())
 	if err != nil {
 		t.Fatal(err)
 	}
-	viaAPI, err := c.Attest(ctx, h100.PeerID())
+	viaAPI, err := c.Attest(ctx, h100.PeerID().String())
 	if err != nil {
 		t.Fatalf("Client.Attest(h100): %v", err)
 	}
@@ -99,7 +101,7 @@ func TestAttest(t *testing.T) {
 	if viaAPI.Nonce == rep.Nonce {
 		t.Errorf("two challenges used the same nonce %s", rep.Nonce)
 	}
-	if _, err := c.Attest(ctx, a100.PeerID()); !errors.Is(err, node.ErrAttestFailed) || !strings.Contains(err.Error(), "confidential computing is off") {
+	if _, err := c.Attest(ctx, a100.PeerID().String()); !errors.Is(err, api.ErrAttestFailed) || !strings.Contains(err.Error(), "confidential computing is off") {
 		t.Errorf("Client.Attest(a100) = %v, want ErrAttestFailed: confidential computing is off", err)
 	}
 
@@ -139,7 +141,7 @@ func TestAttestSelf(t *testing.T) {
 	provider, buyer := net.Providers[0], net.Buyers[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	rep, err := provider.Attest(ctx, provider.PeerID())
+	rep, err := provider.Attest(ctx, provider.PeerID().String())
 	if err != nil {
 		t.Fatalf("provider.Attest(self): %v", err)
 	}
@@ -147,8 +149,8 @@ func TestAttestSelf(t *testing.T) {
 
 	short, cancel2 := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel2()
-	_, err = provider.Attest(short, buyer.PeerID())
-	if err == nil || errors.Is(err, node.ErrAttestFailed) {
+	_, err = provider.Attest(short, buyer.PeerID().String())
+	if err == nil || errors.Is(err, api.ErrAttestFailed) {
 		t.Errorf("Attest(buyer without an offer) = %v, want an error that is not a verdict", err)
 	}
 	if _, ok, _ := provider.Verdict(buyer.PeerID()); ok {
@@ -165,10 +167,10 @@ func TestAttestBidConstraint(t *testing.T) {
 	provider, buyer := net.Providers[0], net.Buyers[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if rep, err := buyer.Attest(ctx, provider.PeerID()); err != nil || rep.Verified {
+	if rep, err := buyer.Attest(ctx, provider.PeerID().String()); err != nil || rep.Verified {
 		t.Fatalf("Attest = verified %v, %v; want a completed, unverified challenge", rep.Verified, err)
 	}
-	ask, err := provider.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: 4, Price: "2.40"})
+	ask, err := provider.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: h100, Count: 4, Price: "2.40"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,14 +181,14 @@ func TestAttestBidConstraint(t *testing.T) {
 		b, err := buyer.Book(ctx, h100, "USD")
 		return err == nil && len(b.Asks) == 1 && b.Asks[0].Count == 4, sprint(b, err)
 	})
-	strict, err := buyer.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.50", Duration: "1h", MinAttestation: "cc-verified"})
+	strict, err := buyer.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.50", Duration: "1h", MinAttestation: "cc-verified"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(strict.Fills) != 0 {
 		t.Fatalf("cc-verified bid = %+v, want no fill from an unverified provider", strict)
 	}
-	plain, err := buyer.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.45", Duration: "1h"})
+	plain, err := buyer.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.45", Duration: "1h"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,19 +202,19 @@ func TestAttestBidConstraint(t *testing.T) {
 
 func TestAttestReportCounts(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	verified := node.AttestReport{Verified: true, Time: now.Add(-30 * time.Minute),
-		GPUs: []node.GPUVerdict{{UUID: "GPU-a", Verified: true}, {UUID: "GPU-b", Verified: true}}}
+	verified := api.AttestReport{Verified: true, Time: now.Add(-30 * time.Minute),
+		GPUs: []api.GPUVerdict{{UUID: "GPU-a", Verified: true}, {UUID: "GPU-b", Verified: true}}}
 	tests := []struct {
 		name   string
-		r      node.AttestReport
+		r      api.AttestReport
 		window time.Duration
 		want   bool
 	}{
 		{"verified, in the window", verified, time.Hour, true},
 		{"verified, older than the window", verified, 10 * time.Minute, false},
-		{"verified, dated in the future", func() node.AttestReport { r := verified; r.Time = now.Add(time.Hour); return r }(), 2 * time.Hour, false},
-		{"not verified", func() node.AttestReport { r := verified; r.Verified = false; return r }(), time.Hour, false},
-		{"failed", node.AttestReport{Time: now, Failure: "late"}, time.Hour, false},
+		{"verified, dated in the future", func() api.AttestReport { r := verified; r.Time = now.Add(time.Hour); return r }(), 2 * time.Hour, false},
+		{"not verified", func() api.AttestReport { r := verified; r.Verified = false; return r }(), time.Hour, false},
+		{"failed", api.AttestReport{Time: now, Failure: "late"}, time.Hour, false},
 	}
 	for _, tt := range tests {
 		if got := tt.r.Counts(now, tt.window); got != tt.want {
@@ -220,9 +222,9 @@ func TestAttestReportCounts(t *testing.T) {
 		}
 	}
 	partial := verified
-	partial.GPUs = []node.GPUVerdict{{UUID: "GPU-a", Verified: true}, {UUID: "GPU-b"}}
+	partial.GPUs = []api.GPUVerdict{{UUID: "GPU-a", Verified: true}, {UUID: "GPU-b"}}
 	for _, tt := range []struct {
-		r     node.AttestReport
+		r     api.AttestReport
 		uuids []string
 		want  bool
 	}{

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -112,7 +113,7 @@ func (b *books) allow(maker string) bool {
 // and fetches the open orders from a few peers. Joining twice is a no-op.
 func (n *Node) JoinMarket(ctx context.Context, mkt string) error {
 	if !market.ValidMarketKey(mkt) || mkt == "" {
-		return badRequest("market %q: want a key like nvidia-h100-sxm5-80gb", mkt)
+		return api.BadRequest("market %q: want a key like nvidia-h100-sxm5-80gb", mkt)
 	}
 	n.books.mu.Lock()
 	if _, ok := n.books.topics[mkt]; ok {

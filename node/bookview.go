@@ -3,73 +3,35 @@ package node
 import (
 	"context"
 	"sort"
-	"time"
 
 	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/api"
 )
-
-// BookView is one market's book as this node's replica holds it. Money is
-// decimal strings beside the currency.
-type BookView struct {
-	Market   string      `json:"market"`
-	Currency string      `json:"currency"`
-	Bids     []LevelView `json:"bids"`
-	Asks     []LevelView `json:"asks"`
-	BestBid  string      `json:"best_bid,omitempty"`
-	BestAsk  string      `json:"best_ask,omitempty"`
-	Spread   string      `json:"spread,omitempty"`
-	// Spot is the price of the last fill both parties signed.
-	Spot string `json:"spot,omitempty"`
-	// Index is the volume-weighted, one-print-per-provider average of the
-	// last hour's fills.
-	Index string `json:"index,omitempty"`
-	// Blocks are the resting reserved orders for time ahead (a forward
-	// start), apart from the depth of time now; they are in Bids and Asks
-	// too, at their prices.
-	Blocks []BlockView `json:"blocks,omitempty"`
-}
-
-// BlockView is a resting order for a forward block of reserved time.
-type BlockView struct {
-	Side  string    `json:"side"`
-	Price string    `json:"price"`
-	Count uint32    `json:"count"`
-	Start time.Time `json:"start"`
-	// Duration is a bid's block; MaxDuration the longest an ask sells.
-	Duration    string `json:"duration,omitempty"`
-	MaxDuration string `json:"max_duration,omitempty"`
-}
-
-// LevelView is one price level.
-type LevelView struct {
-	Price  string `json:"price"`
-	Count  int    `json:"count"`
-	Orders int    `json:"orders"`
-}
 
 // Book implements API: it joins the market if needed (fetching its open
 // orders from peers) and shows the replica in currency (default USD).
-func (n *Node) Book(ctx context.Context, mkt, currency string) (BookView, error) {
+func (n *Node) Book(ctx context.Context, mkt, currency string) (_ api.BookView, err error) {
+	defer classified(&err)
 	if err := n.JoinMarket(ctx, mkt); err != nil {
-		return BookView{}, err
+		return api.BookView{}, err
 	}
 	cur := cmpOr(currency, "USD")
 	if _, err := market.LookupCurrency(cur); err != nil {
-		return BookView{}, badRequest("%v", err)
+		return api.BookView{}, api.BadRequest("%v", err)
 	}
 	n.books.mu.Lock()
 	defer n.books.mu.Unlock()
 	s, err := n.books.state(mkt, cur)
 	if err != nil {
-		return BookView{}, badRequest("%v", err)
+		return api.BookView{}, api.BadRequest("%v", err)
 	}
 	f := func(p int64) string { return market.FormatMicros(p, cur) }
-	v := BookView{Market: mkt, Currency: cur, Bids: []LevelView{}, Asks: []LevelView{}}
+	v := api.BookView{Market: mkt, Currency: cur, Bids: []api.LevelView{}, Asks: []api.LevelView{}}
 	now := n.now()
 	for _, side := range []market.Side{market.Bid, market.Ask} {
 		for o, rem := range s.book.Orders(side) {
 			if o.Start.After(now) {
-				b := BlockView{Side: side.String(), Price: f(o.Price), Count: rem, Start: o.Start.UTC()}
+				b := api.BlockView{Side: side.String(), Price: f(o.Price), Count: rem, Start: o.Start.UTC()}
 				if side == market.Bid {
 					b.Duration = o.Duration.String()
 				} else {
@@ -81,10 +43,10 @@ func (n *Node) Book(ctx context.Context, mkt, currency string) (BookView, error)
 	}
 	bids, asks := s.book.Depth(0)
 	for _, l := range bids {
-		v.Bids = append(v.Bids, LevelView{Price: f(l.Price), Count: l.Quantity, Orders: l.Orders})
+		v.Bids = append(v.Bids, api.LevelView{Price: f(l.Price), Count: l.Quantity, Orders: l.Orders})
 	}
 	for _, l := range asks {
-		v.Asks = append(v.Asks, LevelView{Price: f(l.Price), Count: l.Quantity, Orders: l.Orders})
+		v.Asks = append(v.Asks, api.LevelView{Price: f(l.Price), Count: l.Quantity, Orders: l.Orders})
 	}
 	if p, ok := s.book.BestBid(); ok {
 		v.BestBid = f(p)
@@ -106,12 +68,13 @@ func (n *Node) Book(ctx context.Context, mkt, currency string) (BookView, error)
 
 // Trades implements API: the recent fills of a market this node has seen,
 // newest first.
-func (n *Node) Trades(ctx context.Context, mkt string) ([]TradeView, error) {
+func (n *Node) Trades(ctx context.Context, mkt string) (_ []api.TradeView, err error) {
+	defer classified(&err)
 	if err := n.JoinMarket(ctx, mkt); err != nil {
 		return nil, err
 	}
 	n.books.mu.Lock()
-	out := []TradeView{}
+	out := []api.TradeView{}
 	for _, s := range n.books.states {
 		if s.book.Market() != mkt {
 			continue

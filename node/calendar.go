@@ -11,6 +11,7 @@ import (
 	badger "github.com/dgraph-io/badger/v4"
 
 	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/api"
 )
 
 // The GPU calendar: reserved time sold ahead. A forward block is kept per
@@ -40,14 +41,14 @@ func parseStart(s string, now time.Time) (time.Time, error) {
 
 // reservedAskPrice derives a reserved ask's price from the offer: the
 // on-demand price with the discount its minimum duration earns.
-func (n *Node) reservedAskPrice(req OrderRequest) (string, error) {
+func (n *Node) reservedAskPrice(req api.OrderRequest) (string, error) {
 	offer := n.Published()
 	if offer == nil {
-		return "", fmt.Errorf("%w: an ask needs a published offer", ErrNoGPUs)
+		return "", fmt.Errorf("%w: an ask needs a published offer", api.ErrNoGPUs)
 	}
 	minD, err := time.ParseDuration(cmpOr(req.MinDuration, defaultMinLease.String()))
 	if err != nil {
-		return "", badRequest("min-duration: %v", err)
+		return "", api.BadRequest("min-duration: %v", err)
 	}
 	var ds []market.Discount
 	for _, d := range offer.GetPricing().GetReserved() {
@@ -55,7 +56,7 @@ func (n *Node) reservedAskPrice(req OrderRequest) (string, error) {
 	}
 	p, err := market.ReservedPrice(offer.GetPricing().GetOnDemandMicros(), minD, ds)
 	if err != nil {
-		return "", badRequest("reserved price: %v", err)
+		return "", api.BadRequest("reserved price: %v", err)
 	}
 	return market.FormatMicros(p, offer.GetPricing().GetCurrency()), nil
 }
@@ -196,7 +197,7 @@ func (s *store) busyBetween(from, end time.Time) (map[string]bool, error) {
 func (n *Node) freeGPUsFor(mkt string, from, end time.Time) ([]string, error) {
 	offer := n.Published()
 	if offer == nil {
-		return nil, fmt.Errorf("%w: no published offer", ErrNoGPUs)
+		return nil, fmt.Errorf("%w: no published offer", api.ErrNoGPUs)
 	}
 	busy, err := n.store.busyBetween(from, end)
 	if err != nil {

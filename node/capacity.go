@@ -7,6 +7,7 @@ import (
 	badger "github.com/dgraph-io/badger/v4"
 
 	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/proto"
 )
 
@@ -57,30 +58,15 @@ func (n *Node) leaseEnded() {
 	n.standing.poke()
 }
 
-// CapacityView is an offer's GPUs in one market: how many, how many free
-// now, and when the leased ones free up.
-type CapacityView struct {
-	Market   string        `json:"market"`
-	Total    int           `json:"total"`
-	Free     int           `json:"free"`
-	Releases []ReleaseView `json:"releases,omitempty"`
-}
-
-// ReleaseView is a number of leased GPUs that free up at one time.
-type ReleaseView struct {
-	At    time.Time `json:"at"`
-	Count int       `json:"count"`
-}
-
 // withCapacity adds to an offer's view what of it is free at now, for the
 // GPUs passing the query's filters.
-func withCapacity(v OfferView, o *proto.Offer, f market.OfferFilter, now time.Time) OfferView {
+func withCapacity(v api.OfferView, o *proto.Offer, f market.OfferFilter, now time.Time) api.OfferView {
 	v.FreeGPUs = f.FreeGPUs(o, now)
-	v.Capacity = []CapacityView{}
+	v.Capacity = []api.CapacityView{}
 	for _, c := range f.MatchingCapacity(o, now) {
-		cv := CapacityView{Market: c.Market, Total: c.Total, Free: c.Free}
+		cv := api.CapacityView{Market: c.Market, Total: c.Total, Free: c.Free}
 		for _, r := range c.Releases {
-			cv.Releases = append(cv.Releases, ReleaseView{At: r.At, Count: r.Count})
+			cv.Releases = append(cv.Releases, api.ReleaseView{At: r.At, Count: r.Count})
 		}
 		v.Capacity = append(v.Capacity, cv)
 	}

@@ -6,15 +6,16 @@ import (
 	"testing"
 
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 )
 
 // offerOf waits until the buyer finds the provider's offer with want GPUs
 // free in the H100 market, and returns it.
-func offerOf(t *testing.T, ctx context.Context, buyer, provider *node.Node, want int, what string) node.OfferView {
+func offerOf(t *testing.T, ctx context.Context, buyer, provider *node.Node, want int, what string) api.OfferView {
 	t.Helper()
-	var got node.OfferView
+	var got api.OfferView
 	waitFor(t, ctx, what, func() (bool, string) {
-		offers, err := buyer.Offers(ctx, node.OfferQuery{GPU: h100})
+		offers, err := buyer.Offers(ctx, api.OfferQuery{GPU: h100})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -78,11 +79,11 @@ func TestOffersShowFreeCapacity(t *testing.T) {
 		min  int
 		want bool
 	}{{total - 2, true}, {total - 1, false}} {
-		offers, err := buyer.Offers(ctx, node.OfferQuery{GPU: h100, MinFreeGPUs: q.min})
+		offers, err := buyer.Offers(ctx, api.OfferQuery{GPU: h100, MinFreeGPUs: q.min})
 		if err != nil {
 			t.Fatal(err)
 		}
-		found := slices.ContainsFunc(offers, func(o node.OfferView) bool { return o.Provider == provider.PeerID().String() })
+		found := slices.ContainsFunc(offers, func(o api.OfferView) bool { return o.Provider == provider.PeerID().String() })
 		if found != q.want {
 			t.Errorf("Offers(min free %d) has the provider = %v, want %v", q.min, found, q.want)
 		}

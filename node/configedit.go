@@ -11,6 +11,7 @@ import (
 
 	"github.com/suanli/suanli/gpu"
 	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/api"
 )
 
 // ConfigKeys are the keys of config.json that `suanli config set` takes,
@@ -49,7 +50,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("gpu_sim %q: want one of %s", c.GPUSim, strings.Join(gpu.SimModels(), ", ")))
 	}
 	if len(errs) > 0 {
-		return badRequest("config: %v", errors.Join(errs...))
+		return api.BadRequest("config: %v", errors.Join(errs...))
 	}
 	return nil
 }
@@ -85,17 +86,17 @@ func validAPIAddr(addr string) error {
 func (c *Config) Set(key string, values []string) error {
 	next := *c
 	if !slices.Contains(ConfigKeys, key) {
-		return badRequest("config: unknown key %q (have %s)", key, strings.Join(ConfigKeys, ", "))
+		return api.BadRequest("config: unknown key %q (have %s)", key, strings.Join(ConfigKeys, ", "))
 	}
 	if !listKeys[key] && len(values) > 1 {
-		return badRequest("config: %s takes one value, got %d", key, len(values))
+		return api.BadRequest("config: %s takes one value, got %d", key, len(values))
 	}
 	one := ""
 	if len(values) == 1 {
 		one = values[0]
 	}
 	if !listKeys[key] && len(values) == 0 && key != "gpu_sim" && key != "api" {
-		return badRequest("config: %s needs a value", key)
+		return api.BadRequest("config: %s needs a value", key)
 	}
 	switch key {
 	case "listen":
@@ -138,5 +139,5 @@ func (c Config) Get(key string) ([]string, error) {
 	case "gpu_sim":
 		return []string{c.GPUSim}, nil
 	}
-	return nil, badRequest("config: unknown key %q (have %s)", key, strings.Join(ConfigKeys, ", "))
+	return nil, api.BadRequest("config: unknown key %q (have %s)", key, strings.Join(ConfigKeys, ", "))
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -218,22 +219,12 @@ func (r *leaseRun) billedTo() time.Time {
 	return time.UnixMilli(max(r.ml.Chain.WindowEndUnixMs, r.terms.StartUnixMs))
 }
 
-// CreditView is a buyer's credit with this provider in one currency.
-type CreditView struct {
-	Currency  string `json:"currency"`
-	Limit     string `json:"limit"`
-	Unpaid    string `json:"unpaid"`
-	Available string `json:"available"`
-	// AvailableMicros is Available in micro-units; negative when over.
-	AvailableMicros int64 `json:"available_micros"`
-}
-
 // creditViews are buyer's credit in its leases' currencies and the limit's.
-func (n *Node) creditViews(buyer peer.ID, currencies []string) []CreditView {
+func (n *Node) creditViews(buyer peer.ID, currencies []string) []api.CreditView {
 	if n.credit.off || n.gpus == nil {
 		return nil
 	}
-	var out []CreditView
+	var out []api.CreditView
 	seen := map[string]bool{}
 	for _, cur := range append([]string{n.credit.limit.Currency}, currencies...) {
 		if seen[cur] {
@@ -245,7 +236,7 @@ func (n *Node) creditViews(buyer peer.ID, currencies []string) []CreditView {
 			continue
 		}
 		f := func(m int64) string { return market.FormatMicros(m, cur) }
-		out = append(out, CreditView{Currency: cur, Limit: f(c.Limit), Unpaid: f(c.Unpaid()), Available: f(c.Available()), AvailableMicros: c.Available()})
+		out = append(out, api.CreditView{Currency: cur, Limit: f(c.Limit), Unpaid: f(c.Unpaid()), Available: f(c.Available()), AvailableMicros: c.Available()})
 	}
 	return out
 }

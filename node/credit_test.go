@@ -8,13 +8,14 @@ import (
 
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 )
 
 // tradeAt makes the provider ask and the buyer take count GPUs at price
 // for d; it returns the buyer's bid (IOC), filled or not.
-func tradeAt(t *testing.T, ctx context.Context, provider, buyer *node.Node, count uint32, price, d string) node.OrderView {
+func tradeAt(t *testing.T, ctx context.Context, provider, buyer *node.Node, count uint32, price, d string) api.OrderView {
 	t.Helper()
-	ask, err := provider.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: count, Price: price, MinDuration: "1s"})
+	ask, err := provider.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: h100, Count: count, Price: price, MinDuration: "1s"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,7 +23,7 @@ func tradeAt(t *testing.T, ctx context.Context, provider, buyer *node.Node, coun
 		b, err := buyer.Book(ctx, h100, "USD")
 		return err == nil && depth(b.Asks) == int(count), sprint(b, err, ask.ID)
 	})
-	bid, err := buyer.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: count, Price: price, Duration: d, IOC: true})
+	bid, err := buyer.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: count, Price: price, Duration: d, IOC: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func TestCreditLimit(t *testing.T) {
 	// Over the limit, the buyer's bid rests; the provider will not take it
 	// with a new ask, and refuses the buyer's take of that ask, with the
 	// reason.
-	rest, err := buyer.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "36", Duration: "60s"})
+	rest, err := buyer.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "36", Duration: "60s"})
 	if err != nil || rest.Status != "resting" {
 		t.Fatalf("resting bid = %+v, %v", rest, err)
 	}
@@ -79,7 +80,7 @@ func TestCreditLimit(t *testing.T) {
 		b, err := provider.Book(ctx, h100, "USD")
 		return err == nil && depth(b.Bids) == 2, sprint(b, err)
 	})
-	ask, err := provider.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: 2, Price: "36", MinDuration: "1s"})
+	ask, err := provider.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: h100, Count: 2, Price: "36", MinDuration: "1s"})
 	if err != nil || len(ask.Fills) != 0 || !strings.Contains(ask.Error, "credit limit") || ask.Status != "resting" {
 		t.Fatalf("ask crossing the bid = %+v, %v; want it resting, not taking the bid over the credit limit", ask, err)
 	}
@@ -91,7 +92,7 @@ func TestCreditLimit(t *testing.T) {
 
 	// The buyer pays what it owes and 0.04 ahead: 0.10 of credit; the
 	// provider takes the bid at once.
-	pay, err := provider.AckPayment(ctx, node.PaymentRequest{Peer: buyer.PeerID().String(), Amount: "0.10", Reference: "prepay"})
+	pay, err := provider.AckPayment(ctx, api.PaymentRequest{Peer: buyer.PeerID().String(), Amount: "0.10", Reference: "prepay"})
 	if err != nil || pay.Delivered == nil || !*pay.Delivered {
 		t.Fatalf("AckPayment = %+v, %v", pay, err)
 	}

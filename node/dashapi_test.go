@@ -8,13 +8,15 @@ import (
 	"time"
 
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/client"
 )
 
 // askAndWait has provider p ask count GPUs of h100 at price and waits
 // until b's replica holds the ask.
-func askAndWait(t *testing.T, ctx context.Context, p, b *node.Node, count uint32, price string) node.OrderView {
+func askAndWait(t *testing.T, ctx context.Context, p, b *node.Node, count uint32, price string) api.OrderView {
 	t.Helper()
-	ask, err := p.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: count, Price: price, MinDuration: "1s", Expires: "30m"})
+	ask, err := p.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: h100, Count: count, Price: price, MinDuration: "1s", Expires: "30m"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +39,7 @@ func TestDashboardAPI(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	askAndWait(t, ctx, provider, buyer, 4, "2.30")
-	bid, err := buyer.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.40", Duration: "1h", Expires: "30m"})
+	bid, err := buyer.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.40", Duration: "1h", Expires: "30m"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +48,7 @@ func TestDashboardAPI(t *testing.T) {
 	}
 	fill := bid.Fills[0]
 	for i := range 3 {
-		if _, err := buyer.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 1, Price: fmt.Sprintf("1.0%d", i), Duration: "1h", Expires: "30m"}); err != nil {
+		if _, err := buyer.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: 1, Price: fmt.Sprintf("1.0%d", i), Duration: "1h", Expires: "30m"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -56,28 +58,28 @@ func TestDashboardAPI(t *testing.T) {
 	})
 	// The provider applies the fill too.
 	waitFor(t, ctx, "fill in the provider's history", func() (bool, string) {
-		h, err := provider.History(ctx, h100, "USD", node.HistoryQuery{})
+		h, err := provider.History(ctx, h100, "USD", api.HistoryQuery{})
 		return err == nil && len(h.Points) == 1, fmt.Sprint(h, err)
 	})
 
-	client := func(n *node.Node) node.API {
-		ep, err := node.ReadAPIEndpoint(n.Repo())
+	viaClient := func(n *node.Node) api.API {
+		ep, err := client.ReadEndpoint(n.Repo())
 		if err != nil {
 			t.Fatal(err)
 		}
-		return node.NewClient(ep)
+		return client.New(ep)
 	}
 	impls := []struct {
 		name            string
-		provider, buyer node.API
+		provider, buyer api.API
 	}{
 		{"in-process", provider, buyer},
-		{"http", client(provider), client(buyer)},
+		{"http", viaClient(provider), viaClient(buyer)},
 	}
 	for _, impl := range impls {
 		t.Run(impl.name, func(t *testing.T) {
-			for who, api := range map[string]node.API{"buyer": impl.buyer, "provider": impl.provider} {
-				h, err := api.History(ctx, h100, "USD", node.HistoryQuery{})
+			for who, a := range map[string]api.API{"buyer": impl.buyer, "provider": impl.provider} {
+				h, err := a.History(ctx, h100, "USD", api.HistoryQuery{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -85,10 +87,10 @@ func TestDashboardAPI(t *testing.T) {
 					!h.Points[0].Time.Equal(fill.Time) || h.Points[0].Index == "" {
 					t.Errorf("%s History = %+v, want the fill %+v with an index", who, h.Points, fill)
 				}
-				if _, err := api.History(ctx, h100, "XXX", node.HistoryQuery{}); !node.IsBadRequest(err) {
+				if _, err := a.History(ctx, h100, "XXX", api.HistoryQuery{}); !errors.Is(err, api.ErrBadRequest) {
 					t.Errorf("%s History(XXX) error = %v, want bad request", who, err)
 				}
-				ms, err := api.Markets(ctx)
+				ms, err := a.Markets(ctx)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -97,7 +99,7 @@ func TestDashboardAPI(t *testing.T) {
 				}
 			}
 
-			page, err := impl.buyer.OrdersPage(ctx, node.PageQuery{Limit: 2})
+			page, err := impl.buyer.OrdersPage(ctx, api.PageQuery{Limit: 2})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -106,7 +108,7 @@ func TestDashboardAPI(t *testing.T) {
 			}
 			// Pages partition the orders (orders placed in the same
 			// millisecond may come in either order, but always the same).
-			page2, err := impl.buyer.OrdersPage(ctx, node.PageQuery{Offset: 2, Limit: 2})
+			page2, err := impl.buyer.OrdersPage(ctx, api.PageQuery{Offset: 2, Limit: 2})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -126,15 +128,15 @@ func TestDashboardAPI(t *testing.T) {
 			if len(seen) != 4 || len(all) != 4 {
 				t.Errorf("two pages hold %d distinct orders of %d, want 4", len(seen), len(all))
 			}
-			page, err = impl.buyer.OrdersPage(ctx, node.PageQuery{Offset: 3, Limit: 2})
+			page, err = impl.buyer.OrdersPage(ctx, api.PageQuery{Offset: 3, Limit: 2})
 			if err != nil || page.Total != 4 || len(page.Orders) != 1 || page.Orders[0].ID != bid.ID {
 				t.Errorf("OrdersPage(offset 3) = %+v, %v; want the first bid alone", page, err)
 			}
-			page, err = impl.buyer.OrdersPage(ctx, node.PageQuery{Status: "resting"})
+			page, err = impl.buyer.OrdersPage(ctx, api.PageQuery{Status: "resting"})
 			if err != nil || page.Total != 3 {
 				t.Errorf("OrdersPage(resting) = total %d, %v; want 3", page.Total, err)
 			}
-			if _, err := impl.buyer.OrdersPage(ctx, node.PageQuery{Status: "lost"}); !node.IsBadRequest(err) {
+			if _, err := impl.buyer.OrdersPage(ctx, api.PageQuery{Status: "lost"}); !errors.Is(err, api.ErrBadRequest) {
 				t.Errorf("OrdersPage(lost) error = %v, want bad request", err)
 			}
 
@@ -170,7 +172,7 @@ func TestDashboardAPI(t *testing.T) {
 			if held != 2 || len(gh.Holders) != 2 || gh.Holders[0].Buyer != buyer.PeerID().String() {
 				t.Errorf("GPUHistory: %d GPUs held by lease %s (holders %+v), want 2 held by the buyer", held, fill.Lease, gh.Holders)
 			}
-			if _, err := impl.buyer.GPUHistory(ctx); !errors.Is(err, node.ErrNoGPUs) {
+			if _, err := impl.buyer.GPUHistory(ctx); !errors.Is(err, api.ErrNoGPUs) {
 				t.Errorf("buyer GPUHistory error = %v, want ErrNoGPUs", err)
 			}
 		})

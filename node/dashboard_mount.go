@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/suanli/suanli/node/client"
 	"github.com/suanli/suanli/node/dashboard"
 )
 
@@ -21,7 +22,7 @@ func mountDashboard(mux *http.ServeMux) {
 // sends to the server, nor in a Referer). With readOnly, a new read-only
 // token is issued; otherwise the node's full token is used.
 func DashboardURL(repo string, readOnly bool) (string, error) {
-	ep, err := ReadAPIEndpoint(repo)
+	ep, err := client.ReadEndpoint(repo)
 	if err != nil {
 		return "", err
 	}

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -18,6 +17,7 @@ import (
 	gproto "google.golang.org/protobuf/proto"
 
 	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -44,34 +44,12 @@ type fillEvidence struct {
 	Seller string    `json:"provider"`
 }
 
-// EvidenceView is one piece of evidence this node keeps.
-type EvidenceView struct {
-	// ID names it for ExportEvidence: "receipt/<lease>/<seq>" or "fill/<fill id>".
-	ID   string `json:"id"`
-	Kind string `json:"kind"`
-	// Peers are who signed it: the provider of an equivocation, both
-	// parties of a refused fill.
-	Peers  []string  `json:"peers"`
-	Lease  string    `json:"lease,omitempty"`
-	Seq    uint64    `json:"seq,omitempty"`
-	Fill   string    `json:"fill,omitempty"`
-	Reason string    `json:"reason"`
-	At     time.Time `json:"at"`
-}
-
 // evidenceExport is the file ExportEvidence writes and VerifyEvidence reads.
 type evidenceExport struct {
 	Kind     string   `json:"kind"`
 	Receipts [][]byte `json:"receipts,omitempty"` // two sealed receipts (equivocation)
 	Fill     []byte   `json:"fill,omitempty"`     // proto.Fill (refused fill)
 	Reason   string   `json:"reason,omitempty"`   // what the exporting node's book said
-}
-
-// EvidenceReport is what VerifyEvidence proves.
-type EvidenceReport struct {
-	Kind   string   `json:"kind"`
-	Peers  []string `json:"peers"`
-	Proves string   `json:"proves"`
 }
 
 func fillEvidenceKey(id string) []byte { return []byte("fillevidence/" + id) }
@@ -95,20 +73,21 @@ func isFillEvidence(err error) bool {
 
 // Evidence implements LeaseAPI: the evidence this node keeps, newest
 // first, only that signed by peer when peer is not "".
-func (n *Node) Evidence(_ context.Context, who string) ([]EvidenceView, error) {
+func (n *Node) Evidence(_ context.Context, who string) (_ []api.EvidenceView, err error) {
+	defer classified(&err)
 	if who != "" {
 		if _, err := peer.Decode(who); err != nil {
-			return nil, badRequest("peer: %v", err)
+			return nil, api.BadRequest("peer: %v", err)
 		}
 	}
-	var out []EvidenceView
-	err := n.store.scan("evidence/", func(k, v []byte) error {
+	var out []api.EvidenceView
+	err = n.store.scan("evidence/", func(k, v []byte) error {
 		rest := strings.TrimPrefix(string(k), "evidence/")
 		if len(rest) < 9 {
 			return nil
 		}
 		lease, seq := rest[:len(rest)-9], binary.BigEndian.Uint64(k[len(k)-8:])
-		ev := EvidenceView{ID: fmt.Sprintf("receipt/%s/%d", lease, seq), Kind: EvidenceEquivocation, Lease: lease, Seq: seq,
+		ev := api.EvidenceView{ID: fmt.Sprintf("receipt/%s/%d", lease, seq), Kind: EvidenceEquivocation, Lease: lease, Seq: seq,
 			Reason: "two different receipts signed with one seq"}
 		var rc proto.ReceiptChain
 		if gproto.Unmarshal(v, &rc) == nil && len(rc.Receipts) == 2 {
@@ -128,7 +107,7 @@ func (n *Node) Evidence(_ context.Context, who string) ([]EvidenceView, error) {
 			return nil
 		}
 		id := strings.TrimPrefix(string(k), "fillevidence/")
-		out = append(out, EvidenceView{ID: "fill/" + id, Kind: EvidenceRefusedFill, Fill: id, Peers: []string{fe.Buyer, fe.Seller},
+		out = append(out, api.EvidenceView{ID: "fill/" + id, Kind: EvidenceRefusedFill, Fill: id, Peers: []string{fe.Buyer, fe.Seller},
 			Reason: fe.Reason + ": " + fe.Error, At: fe.At})
 		return nil
 	})
@@ -136,25 +115,26 @@ func (n *Node) Evidence(_ context.Context, who string) ([]EvidenceView, error) {
 		return nil, err
 	}
 	if who != "" {
-		out = slices.DeleteFunc(out, func(e EvidenceView) bool { return !slices.Contains(e.Peers, who) })
+		out = slices.DeleteFunc(out, func(e api.EvidenceView) bool { return !slices.Contains(e.Peers, who) })
 	}
-	slices.SortStableFunc(out, func(a, b EvidenceView) int { return b.At.Compare(a.At) })
+	slices.SortStableFunc(out, func(a, b api.EvidenceView) int { return b.At.Compare(a.At) })
 	return out, nil
 }
 
 // ExportEvidence implements LeaseAPI: one piece of evidence as a file a
 // third party checks with VerifyEvidence (suanli evidence verify --file).
-func (n *Node) ExportEvidence(_ context.Context, id string) ([]byte, error) {
+func (n *Node) ExportEvidence(_ context.Context, id string) (_ []byte, err error) {
+	defer classified(&err)
 	var x evidenceExport
 	switch kind, rest, _ := strings.Cut(id, "/"); kind {
 	case "receipt":
 		i := strings.LastIndexByte(rest, '/')
 		if i < 0 {
-			return nil, badRequest("evidence id %q: want receipt/<lease>/<seq>", id)
+			return nil, api.BadRequest("evidence id %q: want receipt/<lease>/<seq>", id)
 		}
 		var seq uint64
 		if _, err := fmt.Sscan(rest[i+1:], &seq); err != nil {
-			return nil, badRequest("evidence id %q: seq: %v", id, err)
+			return nil, api.BadRequest("evidence id %q: seq: %v", id, err)
 		}
 		var v []byte
 		err := n.store.db.View(func(txn *badger.Txn) error {
@@ -166,7 +146,7 @@ func (n *Node) ExportEvidence(_ context.Context, id string) ([]byte, error) {
 			return err
 		})
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s", ErrUnknownEvidence, id)
+			return nil, fmt.Errorf("%w: %s", api.ErrUnknownEvidence, id)
 		}
 		var rc proto.ReceiptChain
 		if err := gproto.Unmarshal(v, &rc); err != nil || len(rc.Receipts) != 2 {
@@ -185,90 +165,69 @@ func (n *Node) ExportEvidence(_ context.Context, id string) ([]byte, error) {
 		})
 		var fe fillEvidence
 		if err != nil || json.Unmarshal(v, &fe) != nil {
-			return nil, fmt.Errorf("%w: %s", ErrUnknownEvidence, id)
+			return nil, fmt.Errorf("%w: %s", api.ErrUnknownEvidence, id)
 		}
 		x = evidenceExport{Kind: EvidenceRefusedFill, Fill: fe.Fill, Reason: fe.Reason + ": " + fe.Error}
 	default:
-		return nil, badRequest("evidence id %q: want receipt/<lease>/<seq> or fill/<id>", id)
+		return nil, api.BadRequest("evidence id %q: want receipt/<lease>/<seq> or fill/<id>", id)
 	}
 	return json.Marshal(x)
 }
 
-// ErrUnknownEvidence is returned for evidence this node does not keep.
-var ErrUnknownEvidence = errors.New("node: no such evidence")
-
 // VerifyEvidence checks an exported piece of evidence offline: every
 // signature, and that it shows what its kind says.
-func VerifyEvidence(b []byte) (EvidenceReport, error) {
+func VerifyEvidence(b []byte) (api.EvidenceReport, error) {
 	var x evidenceExport
 	if err := json.Unmarshal(b, &x); err != nil {
-		return EvidenceReport{}, fmt.Errorf("node: not an evidence file: %w", err)
+		return api.EvidenceReport{}, fmt.Errorf("node: not an evidence file: %w", err)
 	}
 	switch x.Kind {
 	case EvidenceEquivocation:
 		if len(x.Receipts) != 2 {
-			return EvidenceReport{}, errors.New("node: equivocation evidence needs two receipts")
+			return api.EvidenceReport{}, errors.New("node: equivocation evidence needs two receipts")
 		}
 		a, sa, err := p2p.Open[*proto.Receipt](x.Receipts[0], proto.MaxReceiptSize)
 		if err != nil {
-			return EvidenceReport{}, fmt.Errorf("node: first receipt: %w", err)
+			return api.EvidenceReport{}, fmt.Errorf("node: first receipt: %w", err)
 		}
 		c, sc, err := p2p.Open[*proto.Receipt](x.Receipts[1], proto.MaxReceiptSize)
 		if err != nil {
-			return EvidenceReport{}, fmt.Errorf("node: second receipt: %w", err)
+			return api.EvidenceReport{}, fmt.Errorf("node: second receipt: %w", err)
 		}
 		switch {
 		case sa != sc || !bytes.Equal(a.Provider, []byte(sa)):
-			return EvidenceReport{}, errors.New("node: the receipts are not signed by one provider")
+			return api.EvidenceReport{}, errors.New("node: the receipts are not signed by one provider")
 		case a.LeaseId != c.LeaseId || a.Seq != c.Seq:
-			return EvidenceReport{}, errors.New("node: the receipts are for different leases or seqs: no equivocation")
+			return api.EvidenceReport{}, errors.New("node: the receipts are for different leases or seqs: no equivocation")
 		case bytes.Equal(proto.ReceiptHash(x.Receipts[0]), proto.ReceiptHash(x.Receipts[1])):
-			return EvidenceReport{}, errors.New("node: the receipts are the same: no equivocation")
+			return api.EvidenceReport{}, errors.New("node: the receipts are the same: no equivocation")
 		}
-		return EvidenceReport{Kind: x.Kind, Peers: []string{sa.String()},
+		return api.EvidenceReport{Kind: x.Kind, Peers: []string{sa.String()},
 			Proves: fmt.Sprintf("provider %s signed two different receipts #%d for lease %s", sa, a.Seq, a.LeaseId)}, nil
 	case EvidenceRefusedFill:
 		var f proto.Fill
 		if err := gproto.Unmarshal(x.Fill, &f); err != nil {
-			return EvidenceReport{}, fmt.Errorf("node: fill: %w", err)
+			return api.EvidenceReport{}, fmt.Errorf("node: fill: %w", err)
 		}
 		take, _, err := p2p.Open[*proto.Take](f.Take, proto.MaxBookMessageSize)
 		if err != nil {
-			return EvidenceReport{}, fmt.Errorf("node: fill's take: %w", err)
+			return api.EvidenceReport{}, fmt.Errorf("node: fill's take: %w", err)
 		}
 		ev, err := p2p.OpenFill(&f, time.UnixMilli(take.CreatedUnixMs))
 		if err != nil {
-			return EvidenceReport{}, fmt.Errorf("node: fill signatures: %w", err)
+			return api.EvidenceReport{}, fmt.Errorf("node: fill signatures: %w", err)
 		}
-		return EvidenceReport{Kind: x.Kind, Peers: []string{ev.Fill.Buyer, ev.Fill.Provider},
+		return api.EvidenceReport{Kind: x.Kind, Peers: []string{ev.Fill.Buyer, ev.Fill.Provider},
 			Proves: fmt.Sprintf("buyer %s and provider %s both signed fill %s of %d GPUs at %s (refused by the exporting node: %s)",
 				ev.Fill.Buyer, ev.Fill.Provider, ev.Fill.ID, ev.Fill.Quantity, market.FormatMicros(ev.Fill.Price, ev.Fill.Currency), x.Reason)}, nil
 	}
-	return EvidenceReport{}, fmt.Errorf("node: unknown evidence kind %q", x.Kind)
+	return api.EvidenceReport{}, fmt.Errorf("node: unknown evidence kind %q", x.Kind)
 }
 
 // registerEvidenceRoutes serves the evidence part of LeaseAPI.
 func registerEvidenceRoutes(mux *http.ServeMux, s *apiServer, n *Node) {
-	mux.HandleFunc("GET "+apiPrefix+"/evidence", s.auth(func(r *http.Request) (any, error) { return n.Evidence(r.Context(), r.URL.Query().Get("peer")) }))
-	mux.HandleFunc("GET "+apiPrefix+"/evidence/export", s.auth(func(r *http.Request) (any, error) {
+	mux.HandleFunc("GET "+api.Prefix+"/evidence", s.auth(func(r *http.Request) (any, error) { return n.Evidence(r.Context(), r.URL.Query().Get("peer")) }))
+	mux.HandleFunc("GET "+api.Prefix+"/evidence/export", s.auth(func(r *http.Request) (any, error) {
 		return n.ExportEvidence(r.Context(), r.URL.Query().Get("id"))
 	}))
-}
-
-// Evidence implements LeaseAPI.
-func (c *Client) Evidence(ctx context.Context, who string) ([]EvidenceView, error) {
-	var v []EvidenceView
-	var q url.Values
-	if who != "" {
-		q = url.Values{"peer": {who}}
-	}
-	err := c.get(ctx, "/evidence", q, &v)
-	return v, err
-}
-
-// ExportEvidence implements LeaseAPI.
-func (c *Client) ExportEvidence(ctx context.Context, id string) ([]byte, error) {
-	var v []byte
-	err := c.get(ctx, "/evidence/export", url.Values{"id": {id}}, &v)
-	return v, err
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -91,7 +92,7 @@ func TestRefusedFillEvidence(t *testing.T) {
 	}
 	publish(&proto.BookMessage{Body: &proto.BookMessage_Fill{Fill: second}})
 
-	var evs []node.EvidenceView
+	var evs []api.EvidenceView
 	waitFor(t, ctx, "the overfill kept as evidence against the maker", func() (bool, string) {
 		var err error
 		evs, err = target.Evidence(ctx, maker.id.String())

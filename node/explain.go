@@ -4,22 +4,12 @@ import (
 	"fmt"
 
 	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/api"
 )
-
-// PassView is one reason visible opposite orders at or better than an
-// order's price were passed over: how many, and what one of them wanted.
-type PassView struct {
-	// Reason is min-duration, max-duration, lease-type, vram,
-	// attestation, region, own-order or all-or-none.
-	Reason string `json:"reason"`
-	Orders int    `json:"orders"`
-	GPUs   uint32 `json:"gpus"`
-	Detail string `json:"detail"`
-}
 
 // passedOver explains o's untaken crossing orders in this node's replica;
 // left is how much of o is still wanted.
-func (n *Node) passedOver(o market.Order, left uint32) []PassView {
+func (n *Node) passedOver(o market.Order, left uint32) []api.PassView {
 	o.Quantity = max(left, 1)
 	n.books.mu.Lock()
 	s, err := n.books.state(o.Market, o.Currency)
@@ -28,9 +18,9 @@ func (n *Node) passedOver(o market.Order, left uint32) []PassView {
 		ps = s.book.Explain(&o, n.now())
 	}
 	n.books.mu.Unlock()
-	var out []PassView
+	var out []api.PassView
 	for _, p := range ps {
-		out = append(out, PassView{Reason: p.Reason, Orders: p.Orders, GPUs: p.GPUs, Detail: passDetail(o, p)})
+		out = append(out, api.PassView{Reason: p.Reason, Orders: p.Orders, GPUs: p.GPUs, Detail: passDetail(o, p)})
 	}
 	return out
 }

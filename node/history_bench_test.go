@@ -2,11 +2,13 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/api"
 )
 
 // benchNode is a node with n of its own orders and nothing else, enough
@@ -38,7 +40,7 @@ func BenchmarkOrdersPage(b *testing.B) {
 	})
 	b.Run("OrdersPage/50-of-5000", func(b *testing.B) {
 		for b.Loop() {
-			if v, _ := nd.OrdersPage(ctx, PageQuery{Offset: 2500, Limit: 50}); len(v.Orders) != 50 || v.Total != 5000 {
+			if v, _ := nd.OrdersPage(ctx, api.PageQuery{Offset: 2500, Limit: 50}); len(v.Orders) != 50 || v.Total != 5000 {
 				b.Fatal(v.Total)
 			}
 		}
@@ -52,23 +54,23 @@ func TestOrdersPageBounds(t *testing.T) {
 	nd := benchNode(1200)
 	nd.own["order-000007"].status = "cancelled"
 	for _, tc := range []struct {
-		q              PageQuery
+		q              api.PageQuery
 		total, n       int
 		first          string
 		wantBadRequest bool
 	}{
-		{q: PageQuery{}, total: 1200, n: defaultPageSize, first: "order-001199"},
-		{q: PageQuery{Limit: 10_000}, total: 1200, n: maxPageSize, first: "order-001199"},
-		{q: PageQuery{Offset: 1190, Limit: 50}, total: 1200, n: 10, first: "order-000009"},
-		{q: PageQuery{Offset: 5000}, total: 1200, n: 0},
-		{q: PageQuery{Status: "cancelled"}, total: 1, n: 1, first: "order-000007"},
-		{q: PageQuery{Status: "filled"}, total: 0, n: 0},
-		{q: PageQuery{Offset: -1}, wantBadRequest: true},
-		{q: PageQuery{Limit: -1}, wantBadRequest: true},
+		{q: api.PageQuery{}, total: 1200, n: defaultPageSize, first: "order-001199"},
+		{q: api.PageQuery{Limit: 10_000}, total: 1200, n: maxPageSize, first: "order-001199"},
+		{q: api.PageQuery{Offset: 1190, Limit: 50}, total: 1200, n: 10, first: "order-000009"},
+		{q: api.PageQuery{Offset: 5000}, total: 1200, n: 0},
+		{q: api.PageQuery{Status: "cancelled"}, total: 1, n: 1, first: "order-000007"},
+		{q: api.PageQuery{Status: "filled"}, total: 0, n: 0},
+		{q: api.PageQuery{Offset: -1}, wantBadRequest: true},
+		{q: api.PageQuery{Limit: -1}, wantBadRequest: true},
 	} {
 		v, err := nd.OrdersPage(ctx, tc.q)
 		if tc.wantBadRequest {
-			if !IsBadRequest(err) {
+			if !errors.Is(err, api.ErrBadRequest) {
 				t.Errorf("OrdersPage(%+v) error = %v, want bad request", tc.q, err)
 			}
 			continue

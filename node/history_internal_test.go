@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/suanli/suanli/gpu"
 	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/api"
 )
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -44,7 +46,7 @@ func TestHistoryPersists(t *testing.T) {
 	n = open()
 	defer n.Close()
 	ctx := context.Background()
-	h, err := n.History(ctx, mkt, "", HistoryQuery{})
+	h, err := n.History(ctx, mkt, "", api.HistoryQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,23 +62,23 @@ func TestHistoryPersists(t *testing.T) {
 	if h.Points[0].Price != "2.00" {
 		t.Errorf("point 0 price = %q, want 2.00", h.Points[0].Price)
 	}
-	h, err = n.History(ctx, mkt, "USD", HistoryQuery{Limit: 3})
+	h, err = n.History(ctx, mkt, "USD", api.HistoryQuery{Limit: 3})
 	if err != nil || len(h.Points) != 3 || h.Points[0].Fill != "fillh" || h.Points[2].Fill != "fillj" {
 		t.Errorf("History(limit 3) = %+v, %v; want the newest 3, oldest first", h.Points, err)
 	}
-	h, err = n.History(ctx, mkt, "USD", HistoryQuery{Since: t0.Add(8 * time.Minute)})
+	h, err = n.History(ctx, mkt, "USD", api.HistoryQuery{Since: t0.Add(8 * time.Minute)})
 	if err != nil || len(h.Points) != 2 {
 		t.Errorf("History(since 8m) = %d points, %v; want 2", len(h.Points), err)
 	}
-	h, err = n.History(ctx, mkt, "CNY", HistoryQuery{})
+	h, err = n.History(ctx, mkt, "CNY", api.HistoryQuery{})
 	if err != nil || len(h.Points) != 1 || h.Points[0].Index != "" {
 		t.Errorf("History(CNY) = %+v, %v; want one point without index", h.Points, err)
 	}
 	for _, bad := range []struct {
 		mkt, cur string
-		q        HistoryQuery
-	}{{"", "", HistoryQuery{}}, {mkt, "XXX", HistoryQuery{}}, {mkt, "", HistoryQuery{Limit: -1}}} {
-		if _, err := n.History(ctx, bad.mkt, bad.cur, bad.q); !IsBadRequest(err) {
+		q        api.HistoryQuery
+	}{{"", "", api.HistoryQuery{}}, {mkt, "XXX", api.HistoryQuery{}}, {mkt, "", api.HistoryQuery{Limit: -1}}} {
+		if _, err := n.History(ctx, bad.mkt, bad.cur, bad.q); !errors.Is(err, api.ErrBadRequest) {
 			t.Errorf("History(%q, %q, %+v) error = %v, want bad request", bad.mkt, bad.cur, bad.q, err)
 		}
 	}
@@ -145,9 +147,9 @@ func FuzzDecodeBody(f *testing.F) {
 	f.Add(`{"regions":"CN"}`)
 	f.Fuzz(func(t *testing.T, body string) {
 		r := httptest.NewRequest("POST", "/api/v0/orders", strings.NewReader(body))
-		var req OrderRequest
+		var req api.OrderRequest
 		err := decodeBody(r, "order request", 64<<10, &req)
-		if err != nil && (!IsBadRequest(err) || !strings.HasPrefix(err.Error(), "order request: ")) {
+		if err != nil && (!errors.Is(err, api.ErrBadRequest) || !strings.HasPrefix(err.Error(), "order request: ")) {
 			t.Errorf("decodeBody(%q) = %v, want a bad request about the order request", body, err)
 		}
 	})
@@ -168,7 +170,7 @@ func FuzzConfigSet(f *testing.F) {
 		before := c
 		err := c.Set(key, []string{value})
 		if err != nil {
-			if !IsBadRequest(err) {
+			if !errors.Is(err, api.ErrBadRequest) {
 				t.Errorf("Set(%q, %q) = %v, want a bad request", key, value, err)
 			}
 			if c.Region != before.Region || c.Price != before.Price || c.API != before.API || c.Currency != before.Currency || c.GPUSim != before.GPUSim {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/suanli/suanli/gpu"
 	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/executor"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
@@ -853,23 +854,24 @@ func (n *Node) takeClose(from peer.ID, body []byte) error {
 }
 
 // CloseLease implements API: this node ends the lease early.
-func (n *Node) CloseLease(ctx context.Context, id string) (LeaseView, error) {
+func (n *Node) CloseLease(ctx context.Context, id string) (_ api.LeaseView, err error) {
+	defer classified(&err)
 	r, err := n.leaseRun(id)
 	if err != nil {
-		return LeaseView{}, err
+		return api.LeaseView{}, err
 	}
 	reason := market.CloseBuyer
 	if r.rec.Role == market.RoleProvider {
 		reason = market.CloseProvider
 	} else if market.LeaseType(r.terms.LeaseType) == market.Reserved && n.now().Before(market.LeaseEnd(r.terms)) {
 		// Reserved time is a commitment: the buyer pays for all of it.
-		return LeaseView{}, badRequest("lease %s is reserved until %s: a commitment, not closed early by the buyer", id,
+		return api.LeaseView{}, api.BadRequest("lease %s is reserved until %s: a commitment, not closed early by the buyer", id,
 			market.LeaseEnd(r.terms).Format(time.RFC3339))
 	}
 	r.mu.Lock()
 	if r.ml.State != market.LeaseRunning && r.ml.State != market.LeaseStarting {
 		r.mu.Unlock()
-		return LeaseView{}, badRequest("lease %s is %s", id, r.ml.State)
+		return api.LeaseView{}, api.BadRequest("lease %s is %s", id, r.ml.State)
 	}
 	n.endLocked(r, reason, n.now(), "")
 	at := r.ml.ClosedAt
@@ -880,68 +882,27 @@ func (n *Node) CloseLease(ctx context.Context, id string) (LeaseView, error) {
 	return n.Lease(ctx, id)
 }
 
-// ErrUnknownLease is returned for a lease this node is not party to.
-var ErrUnknownLease = errors.New("node: no such lease of this node")
-
 func (n *Node) leaseRun(id string) (*leaseRun, error) {
 	n.leases.mu.Lock()
 	defer n.leases.mu.Unlock()
 	r := n.leases.runs[id]
 	if r == nil {
-		return nil, fmt.Errorf("%w: %s", ErrUnknownLease, id)
+		return nil, fmt.Errorf("%w: %s", api.ErrUnknownLease, id)
 	}
 	return r, nil
 }
 
-// LeaseView is a lease this node is party to.
-type LeaseView struct {
-	ID          string      `json:"id"`
-	Role        string      `json:"role"`
-	Provider    string      `json:"provider"`
-	Buyer       string      `json:"buyer"`
-	Market      string      `json:"market"`
-	State       string      `json:"state"`
-	Reason      string      `json:"reason,omitempty"`
-	GPUs        []string    `json:"gpus"`
-	Price       string      `json:"price"`
-	Currency    string      `json:"currency"`
-	PriceMicros int64       `json:"price_micros"`
-	LeaseType   string      `json:"lease_type"`
-	Start       time.Time   `json:"start"`
-	End         time.Time   `json:"end"`
-	ClosedAt    *time.Time  `json:"closed_at,omitempty"`
-	Interval    string      `json:"billing_interval"`
-	Executor    string      `json:"executor,omitempty"`
-	Exec        []string    `json:"exec,omitempty"`
-	Exit        *ExitResult `json:"exit,omitempty"`
-	// Of a container workload: the image asked for and the digest that
-	// ran (the repo digest, else the image ID), the container's state,
-	// where its published ports are reached, and how the GPUs reach it
-	// (nvidia, or env-only on simulated GPUs).
-	Image          string     `json:"image,omitempty"`
-	ImageDigest    string     `json:"image_digest,omitempty"`
-	ContainerState string     `json:"container_state,omitempty"`
-	Endpoints      []Endpoint `json:"endpoints,omitempty"`
-	GPUAccess      string     `json:"gpu_access,omitempty"`
-	// PreemptAt is when a preempted spot lease ends (its notice's end).
-	PreemptAt     *time.Time `json:"preempt_at,omitempty"`
-	Receipts      uint64     `json:"receipts"`
-	Countersigned uint64     `json:"countersigned"`
-	Cumulative    string     `json:"cumulative"`
-	Note          string     `json:"note,omitempty"`
-}
-
-func (r *leaseRun) view() LeaseView {
+func (r *leaseRun) view() api.LeaseView {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t := r.terms
-	v := LeaseView{
+	v := api.LeaseView{
 		ID: r.id, Role: r.rec.Role.String(), Provider: peer.ID(t.Provider).String(), Buyer: peer.ID(t.Buyer).String(),
 		Market: t.Market, State: r.ml.State.String(), Reason: r.ml.Reason.String(), GPUs: t.Gpus,
 		Price: market.FormatMicros(t.PriceMicros, t.Currency), Currency: t.Currency, PriceMicros: t.PriceMicros,
 		LeaseType: market.LeaseType(t.LeaseType).String(),
 		Start:     time.UnixMilli(t.StartUnixMs).UTC(), End: market.LeaseEnd(t),
-		Interval: market.BillingInterval(t).String(), Executor: r.rec.Executor, Exec: r.rec.Exec, Exit: r.rec.Exit,
+		Interval: market.BillingInterval(t).String(), Executor: r.rec.Executor, Exec: r.rec.Exec, Exit: exitView(r.rec.Exit),
 		Receipts: r.ml.Chain.Seq, Countersigned: r.ml.Countersigned.Seq,
 		Cumulative: market.FormatMicros(r.ml.Countersigned.Cumulative, t.Currency), Note: r.rec.Note,
 	}
@@ -959,7 +920,7 @@ func (r *leaseRun) view() LeaseView {
 	if i := r.rec.Info; i != nil {
 		v.Image = cmpOr(v.Image, i.Image)
 		v.ImageDigest = cmpOr(i.RepoDigest, i.ImageID)
-		v.Endpoints, v.GPUAccess = i.Endpoints, i.GPUAccess
+		v.Endpoints, v.GPUAccess = endpointViews(i.Endpoints), i.GPUAccess
 		if i.Executor == ExecDocker {
 			v.ContainerState = i.State
 		}
@@ -976,18 +937,19 @@ func truncate(s string, n int) string {
 }
 
 // Leases implements API: every lease this node is party to, newest first.
-func (n *Node) Leases(context.Context) ([]LeaseView, error) {
+func (n *Node) Leases(context.Context) (_ []api.LeaseView, err error) {
+	defer classified(&err)
 	n.leases.mu.Lock()
 	runs := make([]*leaseRun, 0, len(n.leases.runs))
 	for _, r := range n.leases.runs {
 		runs = append(runs, r)
 	}
 	n.leases.mu.Unlock()
-	out := make([]LeaseView, 0, len(runs))
+	out := make([]api.LeaseView, 0, len(runs))
 	for _, r := range runs {
 		out = append(out, r.view())
 	}
-	slices.SortFunc(out, func(a, b LeaseView) int {
+	slices.SortFunc(out, func(a, b api.LeaseView) int {
 		if c := b.Start.Compare(a.Start); c != 0 {
 			return c
 		}
@@ -997,10 +959,11 @@ func (n *Node) Leases(context.Context) ([]LeaseView, error) {
 }
 
 // Lease implements API.
-func (n *Node) Lease(_ context.Context, id string) (LeaseView, error) {
+func (n *Node) Lease(_ context.Context, id string) (_ api.LeaseView, err error) {
+	defer classified(&err)
 	r, err := n.leaseRun(id)
 	if err != nil {
-		return LeaseView{}, err
+		return api.LeaseView{}, err
 	}
 	return r.view(), nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/devnet"
 )
 
@@ -35,12 +36,12 @@ func startLeaseNet(t testing.TB, opts ...node.Option) (provider, buyer *node.Nod
 // exec is the bid's command for the process executor.
 func trade(t *testing.T, ctx context.Context, provider, buyer *node.Node, d string, exec ...string) string {
 	t.Helper()
-	return tradeWorkload(t, ctx, provider, buyer, d, node.OrderRequest{Exec: exec})
+	return tradeWorkload(t, ctx, provider, buyer, d, api.OrderRequest{Exec: exec})
 }
 
-func waitLeaseClosed(t *testing.T, ctx context.Context, n *node.Node, id string) node.LeaseView {
+func waitLeaseClosed(t *testing.T, ctx context.Context, n *node.Node, id string) api.LeaseView {
 	t.Helper()
-	var v node.LeaseView
+	var v api.LeaseView
 	waitFor(t, ctx, "lease "+id+" to close on "+n.Repo(), func() (bool, string) {
 		var err error
 		v, err = n.Lease(ctx, id)
@@ -118,7 +119,7 @@ func TestLeaseReceiptsSettle(t *testing.T) {
 		}
 	}
 	// A payment acknowledged by the provider reaches both ledgers.
-	pay, err := provider.AckPayment(ctx, node.PaymentRequest{Peer: buyer.PeerID().String(), Amount: "0.01"})
+	pay, err := provider.AckPayment(ctx, api.PaymentRequest{Peer: buyer.PeerID().String(), Amount: "0.01"})
 	if err != nil || pay.Delivered == nil || !*pay.Delivered {
 		t.Fatalf("AckPayment = %+v, %v", pay, err)
 	}
@@ -163,7 +164,7 @@ func TestLeaseProcessExecutor(t *testing.T) {
 		t.Fatal(err)
 	}
 	gpus := strings.Join(lv.GPUs, ",")
-	var logs node.LogsView
+	var logs api.LogsView
 	waitFor(t, ctx, "the command's output on the buyer", func() (bool, string) {
 		logs, err = buyer.Logs(ctx, id, 0)
 		return err == nil && len(logs.Chunks) > 0, sprint(logs, err)
@@ -217,9 +218,9 @@ func TestPriceSchedule(t *testing.T) {
 	}
 	provider, buyer := startLeaseNet(t, node.WithPriceSchedule(ws, 0))
 	ctx := marketCtx(t)
-	var o node.OfferView
+	var o api.OfferView
 	waitFor(t, ctx, "the scheduled offer", func() (bool, string) {
-		os, err := buyer.Offers(ctx, node.OfferQuery{})
+		os, err := buyer.Offers(ctx, api.OfferQuery{})
 		if err != nil || len(os) != 1 {
 			return false, sprint(os, err)
 		}

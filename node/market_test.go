@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/devnet"
 )
 
@@ -28,7 +29,7 @@ func marketCtx(t *testing.T) context.Context {
 }
 
 // depth is the number of GPUs resting on one side of a book view.
-func depth(levels []node.LevelView) int {
+func depth(levels []api.LevelView) int {
 	sum := 0
 	for _, l := range levels {
 		sum += l.Count
@@ -37,7 +38,7 @@ func depth(levels []node.LevelView) int {
 }
 
 // waitBookOn polls every node's Book until cond holds on each.
-func waitBookOn(t *testing.T, ctx context.Context, what string, nodes []*node.Node, cond func(node.BookView) bool) {
+func waitBookOn(t *testing.T, ctx context.Context, what string, nodes []*node.Node, cond func(api.BookView) bool) {
 	t.Helper()
 	for i, n := range nodes {
 		waitFor(t, ctx, fmt.Sprintf("%s on node %d", what, i), func() (bool, string) {
@@ -48,15 +49,15 @@ func waitBookOn(t *testing.T, ctx context.Context, what string, nodes []*node.No
 }
 
 // tradeKey is a trade as every replica must agree on it.
-func tradeKey(tr node.TradeView) string {
+func tradeKey(tr api.TradeView) string {
 	return fmt.Sprintf("%s %s %d@%s %s->%s lease=%s gpus=%v", tr.ID, tr.Market, tr.Count, tr.Price, tr.Provider, tr.Buyer, tr.Lease, tr.GPUs)
 }
 
 // waitTradesAgree waits until every node lists exactly the want trades (by
 // ID, with the same content) and returns them as the first node sees them.
-func waitTradesAgree(t *testing.T, ctx context.Context, nodes []*node.Node, want int) []node.TradeView {
+func waitTradesAgree(t *testing.T, ctx context.Context, nodes []*node.Node, want int) []api.TradeView {
 	t.Helper()
-	var ref []node.TradeView
+	var ref []api.TradeView
 	var refKeys []string
 	for i, n := range nodes {
 		waitFor(t, ctx, fmt.Sprintf("node %d to list %d trades agreeing with node 0", i, want), func() (bool, string) {
@@ -81,9 +82,9 @@ func waitTradesAgree(t *testing.T, ctx context.Context, nodes []*node.Node, want
 
 // placeConcurrently places one order per node at once and returns the
 // orders in node order.
-func placeConcurrently(t *testing.T, ctx context.Context, nodes []*node.Node, req node.OrderRequest) []node.OrderView {
+func placeConcurrently(t *testing.T, ctx context.Context, nodes []*node.Node, req api.OrderRequest) []api.OrderView {
 	t.Helper()
-	out := make([]node.OrderView, len(nodes))
+	out := make([]api.OrderView, len(nodes))
 	errs := make([]error, len(nodes))
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -106,13 +107,13 @@ func placeConcurrently(t *testing.T, ctx context.Context, nodes []*node.Node, re
 // filledOf waits until the fills recorded on each order (IOC orders end
 // "done" or "filled"; a take in doubt may land by gossip later) add up to
 // want, and returns every fill.
-func filledOf(t *testing.T, ctx context.Context, owners []*node.Node, orders []node.OrderView, want int) []node.TradeView {
+func filledOf(t *testing.T, ctx context.Context, owners []*node.Node, orders []api.OrderView, want int) []api.TradeView {
 	t.Helper()
-	var fills []node.TradeView
+	var fills []api.TradeView
 	waitFor(t, ctx, fmt.Sprintf("the bids' fills to add up to %d", want), func() (bool, string) {
 		fills = fills[:0]
 		sum := 0
-		var views []node.OrderView
+		var views []api.OrderView
 		for i, o := range orders {
 			v, err := owners[i].Order(ctx, o.ID)
 			if err != nil {
@@ -134,7 +135,7 @@ func filledOf(t *testing.T, ctx context.Context, owners []*node.Node, orders []n
 
 // checkGPUsDistinct fails if two fills lease the same GPU, or if the fills
 // do not name count GPUs in all.
-func checkGPUsDistinct(t *testing.T, fills []node.TradeView, count int) {
+func checkGPUsDistinct(t *testing.T, fills []api.TradeView, count int) {
 	t.Helper()
 	seen := map[string]string{}
 	n := 0
@@ -164,14 +165,14 @@ func TestMarketRacingIOCTakers(t *testing.T) {
 	provider := net.Providers[0]
 	all := net.Nodes()
 
-	ask, err := provider.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: 4, Price: "2.40"})
+	ask, err := provider.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: h100, Count: 4, Price: "2.40"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitBookOn(t, ctx, "the ask", all, func(b node.BookView) bool { return depth(b.Asks) == 4 })
+	waitBookOn(t, ctx, "the ask", all, func(b api.BookView) bool { return depth(b.Asks) == 4 })
 
 	bids := placeConcurrently(t, ctx, net.Buyers,
-		node.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.50", Duration: "1h", IOC: true})
+		api.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.50", Duration: "1h", IOC: true})
 	for i, b := range bids {
 		if b.Status != "done" && b.Status != "filled" {
 			t.Errorf("IOC bid %d status %q, want done or filled", i, b.Status)
@@ -192,7 +193,7 @@ func TestMarketRacingIOCTakers(t *testing.T) {
 	trades := waitTradesAgree(t, ctx, all, 2)
 	checkGPUsDistinct(t, trades, 4)
 	// IOC leaves nothing behind: the book is empty everywhere.
-	waitBookOn(t, ctx, "an empty book", all, func(b node.BookView) bool {
+	waitBookOn(t, ctx, "an empty book", all, func(b api.BookView) bool {
 		return len(b.Asks) == 0 && len(b.Bids) == 0 && b.Spot == "2.40"
 	})
 	for _, b := range net.Buyers {
@@ -215,14 +216,14 @@ func TestMarketRacingGTCTakers(t *testing.T) {
 	provider := net.Providers[0]
 	all := net.Nodes()
 
-	ask, err := provider.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: 4, Price: "2.40"})
+	ask, err := provider.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: h100, Count: 4, Price: "2.40"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitBookOn(t, ctx, "the ask", all, func(b node.BookView) bool { return depth(b.Asks) == 4 })
+	waitBookOn(t, ctx, "the ask", all, func(b api.BookView) bool { return depth(b.Asks) == 4 })
 
 	bids := placeConcurrently(t, ctx, net.Buyers,
-		node.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.50", Duration: "1h"})
+		api.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.50", Duration: "1h"})
 	fills := filledOf(t, ctx, net.Buyers, bids, 4)
 	checkGPUsDistinct(t, fills, 4)
 
@@ -231,7 +232,7 @@ func TestMarketRacingGTCTakers(t *testing.T) {
 		return err == nil && o.Status == "filled" && o.Remaining == 0, sprint(o, err)
 	})
 	waitTradesAgree(t, ctx, all, 2)
-	waitBookOn(t, ctx, "the unfilled 2 GPUs resting as bids and no ask", all, func(b node.BookView) bool {
+	waitBookOn(t, ctx, "the unfilled 2 GPUs resting as bids and no ask", all, func(b api.BookView) bool {
 		return len(b.Asks) == 0 && depth(b.Bids) == 2 && len(b.Bids) == 1 && b.Bids[0].Price == "2.50" && b.Spot == "2.40"
 	})
 	resting := 0
@@ -259,12 +260,12 @@ func TestMarketLateJoiner(t *testing.T) {
 	ctx := marketCtx(t)
 	provider, buyer := net.Providers[0], net.Buyers[0]
 
-	ask, err := provider.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: 4, Price: "2.40"})
+	ask, err := provider.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: h100, Count: 4, Price: "2.40"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitBookOn(t, ctx, "the ask", []*node.Node{buyer}, func(b node.BookView) bool { return depth(b.Asks) == 4 })
-	bid, err := buyer.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 1, Price: "2.50", Duration: "1h", IOC: true})
+	waitBookOn(t, ctx, "the ask", []*node.Node{buyer}, func(b api.BookView) bool { return depth(b.Asks) == 4 })
+	bid, err := buyer.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: 1, Price: "2.50", Duration: "1h", IOC: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +291,7 @@ func TestMarketLateJoiner(t *testing.T) {
 	if depth(first.Asks) != 3 || first.Spot != "2.40" {
 		t.Logf("late joiner's first Book() = %+v (synced before bootstrap finished)", first)
 	}
-	waitBookOn(t, ctx, "the late joiner to hold the ask and the spot price", []*node.Node{late}, func(b node.BookView) bool {
+	waitBookOn(t, ctx, "the late joiner to hold the ask and the spot price", []*node.Node{late}, func(b api.BookView) bool {
 		return len(b.Asks) == 1 && b.Asks[0].Count == 3 && b.Asks[0].Price == "2.40" && b.Spot == "2.40" && b.Index == "2.40"
 	})
 	trades, err := late.Trades(ctx, h100)
@@ -313,11 +314,11 @@ func TestMarketCancel(t *testing.T) {
 	provider := net.Providers[0]
 	all := net.Nodes()
 
-	ask, err := provider.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: 3, Price: "2.40"})
+	ask, err := provider.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: h100, Count: 3, Price: "2.40"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitBookOn(t, ctx, "the ask", all, func(b node.BookView) bool { return depth(b.Asks) == 3 })
+	waitBookOn(t, ctx, "the ask", all, func(b api.BookView) bool { return depth(b.Asks) == 3 })
 
 	got, err := provider.CancelOrder(ctx, ask.ID)
 	if err != nil {
@@ -326,10 +327,10 @@ func TestMarketCancel(t *testing.T) {
 	if got.Status != "cancelled" || got.Remaining != 0 {
 		t.Errorf("cancelled ask = %+v, want status cancelled, 0 remaining", got)
 	}
-	waitBookOn(t, ctx, "the ask to be gone", all, func(b node.BookView) bool { return len(b.Asks) == 0 && len(b.Bids) == 0 })
+	waitBookOn(t, ctx, "the ask to be gone", all, func(b api.BookView) bool { return len(b.Asks) == 0 && len(b.Bids) == 0 })
 
 	// A bid that would have crossed the ask now rests: nothing trades.
-	bid, err := net.Buyers[0].PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 1, Price: "2.50", Duration: "1h"})
+	bid, err := net.Buyers[0].PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: 1, Price: "2.50", Duration: "1h"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,19 +338,19 @@ func TestMarketCancel(t *testing.T) {
 		t.Errorf("bid after the cancel = %+v, want resting without fills", bid)
 	}
 
-	if _, err := provider.CancelOrder(ctx, "bafkreiunknownorder"); !errors.Is(err, node.ErrUnknownOrder) {
+	if _, err := provider.CancelOrder(ctx, "bafkreiunknownorder"); !errors.Is(err, api.ErrUnknownOrder) {
 		t.Errorf("cancel of an unknown order: %v, want ErrUnknownOrder", err)
 	}
-	if _, err := net.Buyers[1].CancelOrder(ctx, ask.ID); !errors.Is(err, node.ErrUnknownOrder) {
+	if _, err := net.Buyers[1].CancelOrder(ctx, ask.ID); !errors.Is(err, api.ErrUnknownOrder) {
 		t.Errorf("cancel of another node's order: %v, want ErrUnknownOrder", err)
 	}
-	if _, err := provider.CancelOrder(ctx, ask.ID); err == nil || !node.IsBadRequest(err) {
+	if _, err := provider.CancelOrder(ctx, ask.ID); err == nil || !errors.Is(err, api.ErrBadRequest) {
 		t.Errorf("second cancel: %v, want a bad request", err)
 	}
 	if o, err := provider.Order(ctx, ask.ID); err != nil || o.Status != "cancelled" {
 		t.Errorf("ask after the second cancel = %+v, %v; want still cancelled", o, err)
 	}
-	waitBookOn(t, ctx, "the bid resting and no ask", all, func(b node.BookView) bool {
+	waitBookOn(t, ctx, "the bid resting and no ask", all, func(b api.BookView) bool {
 		return len(b.Asks) == 0 && depth(b.Bids) == 1 && b.Spot == ""
 	})
 }
@@ -363,7 +364,7 @@ func TestMarketIdempotentClientKey(t *testing.T) {
 	provider := net.Providers[0]
 	all := net.Nodes()
 
-	req := node.OrderRequest{Side: "ask", Market: h100, Count: 2, Price: "2.40", ClientKey: "retry-1"}
+	req := api.OrderRequest{Side: "ask", Market: h100, Count: 2, Price: "2.40", ClientKey: "retry-1"}
 	a, err := provider.PlaceOrder(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -377,14 +378,14 @@ func TestMarketIdempotentClientKey(t *testing.T) {
 	}
 	// A different key is a different order: it also serves as the marker
 	// that the replicas have caught up with everything published before.
-	c, err := provider.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: 1, Price: "2.45", ClientKey: "retry-2"})
+	c, err := provider.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: h100, Count: 1, Price: "2.45", ClientKey: "retry-2"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.ID == a.ID {
 		t.Fatal("a different client key returned the first order")
 	}
-	waitBookOn(t, ctx, "one ask of 2 at 2.40 and one of 1 at 2.45", all, func(b node.BookView) bool {
+	waitBookOn(t, ctx, "one ask of 2 at 2.40 and one of 1 at 2.45", all, func(b api.BookView) bool {
 		return len(b.Asks) == 2 && b.Asks[0].Price == "2.40" && b.Asks[0].Count == 2 && b.Asks[0].Orders == 1 &&
 			b.Asks[1].Price == "2.45" && b.Asks[1].Count == 1
 	})
@@ -404,11 +405,11 @@ func TestMarketIdempotentIOCRetry(t *testing.T) {
 	ctx := marketCtx(t)
 	provider, buyer := net.Providers[0], net.Buyers[0]
 
-	if _, err := provider.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: 4, Price: "2.40"}); err != nil {
+	if _, err := provider.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: h100, Count: 4, Price: "2.40"}); err != nil {
 		t.Fatal(err)
 	}
-	waitBookOn(t, ctx, "the ask", []*node.Node{buyer}, func(b node.BookView) bool { return depth(b.Asks) == 4 })
-	req := node.OrderRequest{Side: "bid", Market: h100, Count: 1, Price: "2.50", Duration: "1h", IOC: true, ClientKey: "ioc-retry"}
+	waitBookOn(t, ctx, "the ask", []*node.Node{buyer}, func(b api.BookView) bool { return depth(b.Asks) == 4 })
+	req := api.OrderRequest{Side: "bid", Market: h100, Count: 1, Price: "2.50", Duration: "1h", IOC: true, ClientKey: "ioc-retry"}
 	a, err := buyer.PlaceOrder(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -437,19 +438,19 @@ func TestMarketPostOnly(t *testing.T) {
 	provider, buyer := net.Providers[0], net.Buyers[0]
 	all := net.Nodes()
 
-	if _, err := provider.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: 2, Price: "2.40"}); err != nil {
+	if _, err := provider.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: h100, Count: 2, Price: "2.40"}); err != nil {
 		t.Fatal(err)
 	}
-	waitBookOn(t, ctx, "the ask", all, func(b node.BookView) bool { return depth(b.Asks) == 2 })
+	waitBookOn(t, ctx, "the ask", all, func(b api.BookView) bool { return depth(b.Asks) == 2 })
 
-	_, err := buyer.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 1, Price: "2.40", Duration: "1h", PostOnly: true})
-	if err == nil || !node.IsBadRequest(err) {
+	_, err := buyer.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: 1, Price: "2.40", Duration: "1h", PostOnly: true})
+	if err == nil || !errors.Is(err, api.ErrBadRequest) {
 		t.Fatalf("crossing post-only bid: err %v, want a bad request", err)
 	}
 	if orders, _ := buyer.Orders(ctx); len(orders) != 0 {
 		t.Errorf("refused post-only bid left orders behind: %+v", orders)
 	}
-	ok, err := buyer.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 1, Price: "2.39", Duration: "1h", PostOnly: true})
+	ok, err := buyer.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: 1, Price: "2.39", Duration: "1h", PostOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,7 +458,7 @@ func TestMarketPostOnly(t *testing.T) {
 		t.Errorf("non-crossing post-only bid = %+v, want resting", ok)
 	}
 	// Once the resting bid is everywhere, the refused one would be too.
-	waitBookOn(t, ctx, "only the non-crossing bid resting", all, func(b node.BookView) bool {
+	waitBookOn(t, ctx, "only the non-crossing bid resting", all, func(b api.BookView) bool {
 		return len(b.Bids) == 1 && b.Bids[0].Price == "2.39" && b.Bids[0].Count == 1 && depth(b.Asks) == 2 && b.Spot == ""
 	})
 }
@@ -479,33 +480,33 @@ func TestMarketConstraints(t *testing.T) {
 	}
 	memGiB := inv.GPUs[0].MemoryBytes >> 30
 
-	ask, err := provider.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: 4, Price: "2.40"})
+	ask, err := provider.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: h100, Count: 4, Price: "2.40"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitBookOn(t, ctx, "the ask", all, func(b node.BookView) bool { return depth(b.Asks) == 4 })
+	waitBookOn(t, ctx, "the ask", all, func(b api.BookView) bool { return depth(b.Asks) == 4 })
 
-	region, err := buyer.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 1, Price: "2.50", Duration: "1h", Regions: []string{"US-CA"}})
+	region, err := buyer.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: 1, Price: "2.50", Duration: "1h", Regions: []string{"US-CA"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	vram, err := buyer.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 1, Price: "2.60", Duration: "1h", MinVRAMGiB: memGiB + 1})
+	vram, err := buyer.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: 1, Price: "2.60", Duration: "1h", MinVRAMGiB: memGiB + 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, o := range []node.OrderView{region, vram} {
+	for _, o := range []api.OrderView{region, vram} {
 		if o.Status != "resting" || len(o.Fills) != 0 {
 			t.Errorf("bid the provider does not qualify for = %+v, want resting without fills", o)
 		}
 	}
 	// Both rest on every replica, crossing the ask, and the provider (whose
 	// ask they cross) does not take them either.
-	waitBookOn(t, ctx, "both constrained bids resting beside the ask", all, func(b node.BookView) bool {
+	waitBookOn(t, ctx, "both constrained bids resting beside the ask", all, func(b api.BookView) bool {
 		return depth(b.Bids) == 2 && depth(b.Asks) == 4 && b.Spot == ""
 	})
 
 	// Positive controls: constraints the provider meets trade at once.
-	for _, req := range []node.OrderRequest{
+	for _, req := range []api.OrderRequest{
 		{Side: "bid", Market: h100, Count: 1, Price: "2.50", Duration: "1h", Regions: []string{"US-CA", "CN-"}},
 		{Side: "bid", Market: h100, Count: 1, Price: "2.50", Duration: "1h", MinVRAMGiB: memGiB},
 	} {
@@ -517,7 +518,7 @@ func TestMarketConstraints(t *testing.T) {
 			t.Errorf("bid %+v = %+v, want filled at 2.40", req, o)
 		}
 	}
-	waitBookOn(t, ctx, "two trades and the constrained bids still resting", all, func(b node.BookView) bool {
+	waitBookOn(t, ctx, "two trades and the constrained bids still resting", all, func(b api.BookView) bool {
 		return depth(b.Bids) == 2 && depth(b.Asks) == 2 && b.Spot == "2.40"
 	})
 	for _, id := range []string{region.ID, vram.ID} {
@@ -545,48 +546,48 @@ func TestMarketSpotMovesOnlyWithFills(t *testing.T) {
 	all := net.Nodes()
 
 	// Resting orders alone: no spot, no index.
-	if _, err := p0.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: 2, Price: "2.60"}); err != nil {
+	if _, err := p0.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: h100, Count: 2, Price: "2.60"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p4.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: 2, Price: "2.40"}); err != nil {
+	if _, err := p4.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: h100, Count: 2, Price: "2.40"}); err != nil {
 		t.Fatal(err)
 	}
-	waitBookOn(t, ctx, "both asks and no spot", all, func(b node.BookView) bool {
+	waitBookOn(t, ctx, "both asks and no spot", all, func(b api.BookView) bool {
 		return depth(b.Asks) == 4 && len(b.Asks) == 2 && b.Spot == "" && b.Index == ""
 	})
 
-	first, err := buyer.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.50", Duration: "1h", IOC: true})
+	first, err := buyer.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.50", Duration: "1h", IOC: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if first.Status != "filled" || len(first.Fills) != 1 || first.Fills[0].Price != "2.40" || first.Fills[0].Provider != p4.PeerID().String() {
 		t.Fatalf("first bid = %+v, want filled at 2.40 by provider 4", first)
 	}
-	waitBookOn(t, ctx, "spot 2.40", all, func(b node.BookView) bool {
+	waitBookOn(t, ctx, "spot 2.40", all, func(b api.BookView) bool {
 		return b.Spot == "2.40" && b.Index == "2.40" && depth(b.Asks) == 2
 	})
 
-	second, err := buyer.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.70", Duration: "1h", IOC: true})
+	second, err := buyer.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.70", Duration: "1h", IOC: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if second.Status != "filled" || len(second.Fills) != 1 || second.Fills[0].Price != "2.60" || second.Fills[0].Provider != p0.PeerID().String() {
 		t.Fatalf("second bid = %+v, want filled at 2.60 by provider 0", second)
 	}
-	waitBookOn(t, ctx, "spot 2.60, index 2.50", all, func(b node.BookView) bool {
+	waitBookOn(t, ctx, "spot 2.60, index 2.50", all, func(b api.BookView) bool {
 		return b.Spot == "2.60" && b.Index == "2.50" && len(b.Asks) == 0
 	})
 	waitTradesAgree(t, ctx, all, 2)
 
 	// Resting orders on both sides, one inside the old spread: no fill, so
 	// spot and index stay.
-	if _, err := watcher.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 1, Price: "2.55", Duration: "1h"}); err != nil {
+	if _, err := watcher.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: 1, Price: "2.55", Duration: "1h"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p0.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: 1, Price: "2.90"}); err != nil {
+	if _, err := p0.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: h100, Count: 1, Price: "2.90"}); err != nil {
 		t.Fatal(err)
 	}
-	waitBookOn(t, ctx, "resting orders without a spot change", all, func(b node.BookView) bool {
+	waitBookOn(t, ctx, "resting orders without a spot change", all, func(b api.BookView) bool {
 		return depth(b.Bids) == 1 && depth(b.Asks) == 1 && b.Spot == "2.60" && b.Index == "2.50"
 	})
 	for i, n := range all {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/suanli/suanli/market"
-	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/devnet"
 )
 
@@ -58,7 +58,7 @@ func TestNetworkFilters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for i, b := range net.Buyers {
-		if _, err := devnet.WaitFound(ctx, b, node.OfferQuery{}, len(net.Providers)); err != nil {
+		if _, err := devnet.WaitFound(ctx, b, api.OfferQuery{}, len(net.Providers)); err != nil {
 			t.Fatalf("buyer %d: %v", i, err)
 		}
 	}
@@ -77,24 +77,24 @@ func TestNetworkFilters(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		q    node.OfferQuery
+		q    api.OfferQuery
 		want []string
 	}{
-		{"all", node.OfferQuery{}, providersWhere(func(devnet.Machine) bool { return true })},
-		{"substring h100", node.OfferQuery{GPU: "h100"}, providersWhere(models("dgxh100"))},
-		{"exact market key", node.OfferQuery{GPU: "nvidia-h200-sxm5-141gb"}, providersWhere(models("dgxh200"))},
-		{"product name word", node.OfferQuery{GPU: "B200"}, providersWhere(models("dgxb200"))},
-		{"min 8 GPUs", node.OfferQuery{GPU: "a100", MinGPUs: 8}, providersWhere(models("dgxa100"))},
-		{"min 9 GPUs", node.OfferQuery{MinGPUs: 9}, nil},
-		{"min 100 GiB", node.OfferQuery{MinVRAMGiB: 100}, providersWhere(models("dgxh200", "dgxb200"))},
-		{"region", node.OfferQuery{Region: "CN-NM"}, providersWhere(func(m devnet.Machine) bool { return m.Region == "CN-NM" })},
-		{"region prefix", node.OfferQuery{Region: "CN-"}, providersWhere(func(m devnet.Machine) bool { return m.Region[:3] == "CN-" })},
-		{"max price", node.OfferQuery{MaxPrice: "2.49"}, providersWhere(func(m devnet.Machine) bool {
+		{"all", api.OfferQuery{}, providersWhere(func(devnet.Machine) bool { return true })},
+		{"substring h100", api.OfferQuery{GPU: "h100"}, providersWhere(models("dgxh100"))},
+		{"exact market key", api.OfferQuery{GPU: "nvidia-h200-sxm5-141gb"}, providersWhere(models("dgxh200"))},
+		{"product name word", api.OfferQuery{GPU: "B200"}, providersWhere(models("dgxb200"))},
+		{"min 8 GPUs", api.OfferQuery{GPU: "a100", MinGPUs: 8}, providersWhere(models("dgxa100"))},
+		{"min 9 GPUs", api.OfferQuery{MinGPUs: 9}, nil},
+		{"min 100 GiB", api.OfferQuery{MinVRAMGiB: 100}, providersWhere(models("dgxh200", "dgxb200"))},
+		{"region", api.OfferQuery{Region: "CN-NM"}, providersWhere(func(m devnet.Machine) bool { return m.Region == "CN-NM" })},
+		{"region prefix", api.OfferQuery{Region: "CN-"}, providersWhere(func(m devnet.Machine) bool { return m.Region[:3] == "CN-" })},
+		{"max price", api.OfferQuery{MaxPrice: "2.49"}, providersWhere(func(m devnet.Machine) bool {
 			return micros(t, m.Price) <= 2_490_000
 		})},
-		{"max price other currency", node.OfferQuery{MaxPrice: "100", Currency: "EUR"}, nil},
-		{"cc evidence", node.OfferQuery{CCAttested: true}, providersWhere(models("dgxh100", "dgxh200"))},
-		{"combined", node.OfferQuery{GPU: "h100", Region: "CN-NM", MaxPrice: "2.40"}, providersWhere(func(m devnet.Machine) bool {
+		{"max price other currency", api.OfferQuery{MaxPrice: "100", Currency: "EUR"}, nil},
+		{"cc evidence", api.OfferQuery{CCAttested: true}, providersWhere(models("dgxh100", "dgxh200"))},
+		{"combined", api.OfferQuery{GPU: "h100", Region: "CN-NM", MaxPrice: "2.40"}, providersWhere(func(m devnet.Machine) bool {
 			return m.Model == "dgxh100" && m.Region == "CN-NM" && micros(t, m.Price) <= 2_400_000
 		})},
 	}
@@ -124,7 +124,7 @@ func TestOfferViewMatchesProvider(t *testing.T) {
 	net := startNet(t, 1, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	offers, err := devnet.WaitFound(ctx, net.Buyers[0], node.OfferQuery{GPU: "h100"}, 1)
+	offers, err := devnet.WaitFound(ctx, net.Buyers[0], api.OfferQuery{GPU: "h100"}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

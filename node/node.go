@@ -18,6 +18,7 @@ import (
 
 	"github.com/suanli/suanli/gpu"
 	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -264,7 +265,7 @@ type Node struct {
 	disc         discovery // see discovery.go
 }
 
-var _ API = (*Node)(nil)
+var _ api.API = (*Node)(nil)
 
 // New opens the repo, starts the libp2p host, DHT and local API, and starts
 // joining the network and (with GPUs) publishing offers in the background.
@@ -504,30 +505,30 @@ func (n *Node) Published() *proto.Offer {
 }
 
 // ID implements API.
-func (n *Node) ID(context.Context) (IDInfo, error) {
-	info := IDInfo{ID: n.host.ID().String(), Addrs: n.Addrs(), Provider: n.gpus != nil}
+func (n *Node) ID(context.Context) (_ api.IDInfo, err error) {
+	defer classified(&err)
+	info := api.IDInfo{ID: n.host.ID().String(), Addrs: n.Addrs(), Provider: n.gpus != nil}
 	if n.noGPU != nil {
 		info.NoGPUReason = n.noGPU.Error()
 	}
 	return info, nil
 }
 
-// ErrNoGPUs is returned by GPUs on a node that has none.
-var ErrNoGPUs = errors.New("node: this node has no GPUs")
-
 // GPUs implements API.
-func (n *Node) GPUs(context.Context) (GPUReport, error) {
+func (n *Node) GPUs(context.Context) (_ api.GPUReport, err error) {
+	defer classified(&err)
 	if n.gpus == nil {
-		return GPUReport{}, fmt.Errorf("%w: %v", ErrNoGPUs, n.noGPU)
+		return api.GPUReport{}, fmt.Errorf("%w: %v", api.ErrNoGPUs, n.noGPU)
 	}
 	return InventoryReport(n.gpus)
 }
 
 // Peers implements API.
-func (n *Node) Peers(context.Context) ([]PeerView, error) {
-	out := []PeerView{}
+func (n *Node) Peers(context.Context) (_ []api.PeerView, err error) {
+	defer classified(&err)
+	out := []api.PeerView{}
 	for _, p := range n.host.Network().Peers() {
-		v := PeerView{ID: p.String(), Addrs: []string{}}
+		v := api.PeerView{ID: p.String(), Addrs: []string{}}
 		for _, c := range n.host.Network().ConnsToPeer(p) {
 			v.Addrs = append(v.Addrs, c.RemoteMultiaddr().String())
 		}

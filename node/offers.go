@@ -6,6 +6,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -16,8 +17,9 @@ import (
 // filters and sorts. After a complete lookup, calls answer from memory for
 // a while and refresh in the background (see discovery.go). If the network
 // yields nothing, unexpired offers cached in Badger are used.
-func (n *Node) Offers(ctx context.Context, q OfferQuery) ([]OfferView, error) {
-	f, err := q.filter()
+func (n *Node) Offers(ctx context.Context, q api.OfferQuery) (_ []api.OfferView, err error) {
+	defer classified(&err)
+	f, err := offerFilter(q)
 	if err != nil {
 		return nil, err
 	}
@@ -48,9 +50,9 @@ func (n *Node) Offers(ctx context.Context, q OfferQuery) ([]OfferView, error) {
 		}
 	}
 	if err := market.SortOffers(list, q.Sort); err != nil {
-		return nil, badRequest("%v", err)
+		return nil, api.BadRequest("%v", err)
 	}
-	out := make([]OfferView, 0, len(list))
+	out := make([]api.OfferView, 0, len(list))
 	for _, o := range list {
 		out = append(out, withCapacity(offerView(o, f), o, f, now))
 	}

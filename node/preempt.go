@@ -9,6 +9,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -196,7 +197,7 @@ func (n *Node) takePreemption(from peer.ID, env []byte) error {
 func (n *Node) requeue(bidID string, left time.Duration) {
 	n.ownMu.Lock()
 	oo := n.own[bidID]
-	var req OrderRequest
+	var req api.OrderRequest
 	ok := oo != nil && oo.requeue
 	if ok {
 		req = oo.req

@@ -11,6 +11,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/devnet"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
@@ -38,16 +39,16 @@ func TestSpotPreemption(t *testing.T) {
 	provider, spotBuyer, odBuyer := net.Providers[0], net.Buyers[0], net.Buyers[1]
 	ask := func(n int, price, typ string) {
 		t.Helper()
-		if _, err := provider.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: uint32(n), Price: price, LeaseType: typ, MinDuration: "1s"}); err != nil {
+		if _, err := provider.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: h100, Count: uint32(n), Price: price, LeaseType: typ, MinDuration: "1s"}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	bid := func(b *node.Node, n int, price, typ, d string, requeue bool) string {
 		t.Helper()
-		var o node.OrderView
+		var o api.OrderView
 		waitFor(t, ctx, "a bid to fill", func() (bool, string) {
 			var err error
-			o, err = b.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: uint32(n), Price: price, LeaseType: typ, Duration: d, IOC: true, Requeue: requeue})
+			o, err = b.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: uint32(n), Price: price, LeaseType: typ, Duration: d, IOC: true, Requeue: requeue})
 			return err == nil && len(o.Fills) == 1, sprint(o, err)
 		})
 		return o.Fills[0].Lease
@@ -58,7 +59,7 @@ func TestSpotPreemption(t *testing.T) {
 	od := bid(odBuyer, 2, "2.50", "on-demand", "5s", false)
 	tradedAt := time.Now()
 
-	var sv node.LeaseView
+	var sv api.LeaseView
 	waitFor(t, ctx, "the spot buyer to get the notice", func() (bool, string) {
 		sv, err = spotBuyer.Lease(ctx, spot)
 		return err == nil && sv.PreemptAt != nil, sprint(sv, err)

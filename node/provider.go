@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/suanli/suanli/gpu"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -102,7 +103,7 @@ func (n *Node) sampleTelemetry() {
 // integrators may call it after changing what they offer.
 func (n *Node) Publish(ctx context.Context) error {
 	if n.gpus == nil {
-		return fmt.Errorf("%w: %v", ErrNoGPUs, n.noGPU)
+		return fmt.Errorf("%w: %v", api.ErrNoGPUs, n.noGPU)
 	}
 	n.publishMu.Lock()
 	defer n.publishMu.Unlock()

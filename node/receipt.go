@@ -13,33 +13,19 @@ import (
 	gproto "google.golang.org/protobuf/proto"
 
 	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
 
-// LogChunk is a piece of a lease's captured output.
-type LogChunk struct {
-	Seq    uint64 `json:"seq"`
-	Stream string `json:"stream"` // stdout or stderr
-	Data   string `json:"data"`
-}
-
-// LogsView is a lease's output after a seq.
-type LogsView struct {
-	Lease  string      `json:"lease"`
-	Chunks []LogChunk  `json:"chunks"`
-	Next   uint64      `json:"next"` // pass as after to follow
-	Done   bool        `json:"done"` // no more will come
-	Exit   *ExitResult `json:"exit,omitempty"`
-}
-
 // Logs implements API: the output of a lease's command after seq after.
-func (n *Node) Logs(_ context.Context, id string, after uint64) (LogsView, error) {
+func (n *Node) Logs(_ context.Context, id string, after uint64) (_ api.LogsView, err error) {
+	defer classified(&err)
 	r, err := n.leaseRun(id)
 	if err != nil {
-		return LogsView{}, err
+		return api.LogsView{}, err
 	}
-	v := LogsView{Lease: id, Chunks: []LogChunk{}, Next: after}
+	v := api.LogsView{Lease: id, Chunks: []api.LogChunk{}, Next: after}
 	err = n.store.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte("logs/" + id + "/")})
 		defer it.Close()
@@ -54,13 +40,13 @@ func (n *Node) Logs(_ context.Context, id string, after uint64) (LogsView, error
 			if val[0] == p2p.FrameStderr {
 				stream = "stderr"
 			}
-			v.Chunks = append(v.Chunks, LogChunk{Seq: seq, Stream: stream, Data: string(val[1:])})
+			v.Chunks = append(v.Chunks, api.LogChunk{Seq: seq, Stream: stream, Data: string(val[1:])})
 			v.Next = seq
 		}
 		return nil
 	})
 	r.mu.Lock()
-	v.Exit = r.rec.Exit
+	v.Exit = exitView(r.rec.Exit)
 	v.Done = r.rec.Exit != nil || (r.ml.State == market.LeaseClosed && n.now().After(r.ml.ClosedAt.Add(5*time.Second)))
 	r.mu.Unlock()
 	return v, err
@@ -74,35 +60,20 @@ func beUint64(b []byte) uint64 {
 	return v
 }
 
-// ReceiptView is one receipt of a lease's chain.
-type ReceiptView struct {
-	Seq               uint64    `json:"seq"`
-	WindowStart       time.Time `json:"window_start"`
-	WindowEnd         time.Time `json:"window_end"`
-	GPUMillis         uint64    `json:"gpu_ms"`
-	Utilization       []uint32  `json:"utilization_permille"`
-	Amount            string    `json:"amount"`
-	Cumulative        string    `json:"cumulative"`
-	AmountMicros      int64     `json:"amount_micros"`
-	CumulativeMicros  int64     `json:"cumulative_micros"`
-	Hash              string    `json:"hash"`
-	ProviderSignature string    `json:"provider_signature"` // valid or invalid
-	BuyerSignature    string    `json:"buyer_signature"`    // valid, invalid or missing
-}
-
 // Receipts implements API: a lease's stored chain, each signature checked.
-func (n *Node) Receipts(_ context.Context, id string) ([]ReceiptView, error) {
+func (n *Node) Receipts(_ context.Context, id string) (_ []api.ReceiptView, err error) {
+	defer classified(&err)
 	terms, err := n.store.getLease(id)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s", ErrUnknownLease, id)
+		return nil, fmt.Errorf("%w: %s", api.ErrUnknownLease, id)
 	}
 	chain, err := n.store.receipts(id)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]ReceiptView, 0, len(chain))
+	out := make([]api.ReceiptView, 0, len(chain))
 	for _, sr := range chain {
-		v := ReceiptView{ProviderSignature: "invalid", BuyerSignature: "missing", Hash: hex.EncodeToString(proto.ReceiptHash(sr.Receipt))}
+		v := api.ReceiptView{ProviderSignature: "invalid", BuyerSignature: "missing", Hash: hex.EncodeToString(proto.ReceiptHash(sr.Receipt))}
 		rc, signer, err := p2p.Open[*proto.Receipt](sr.Receipt, proto.MaxReceiptSize)
 		if err == nil && string(signer) == string(terms.Provider) && bytes.Equal(rc.Provider, terms.Provider) {
 			v.ProviderSignature = "valid"
@@ -129,31 +100,17 @@ func (n *Node) Receipts(_ context.Context, id string) ([]ReceiptView, error) {
 	return out, nil
 }
 
-// ChainReport is the result of re-verifying a lease's receipt chain.
-type ChainReport struct {
-	Lease         string `json:"lease"`
-	Provider      string `json:"provider"`
-	Buyer         string `json:"buyer"`
-	Receipts      uint64 `json:"receipts"`
-	Countersigned uint64 `json:"countersigned"`
-	GPUMillis     uint64 `json:"gpu_ms"`
-	Owed          string `json:"owed"`
-	OwedMicros    int64  `json:"owed_micros"`
-	Currency      string `json:"currency"`
-	Valid         bool   `json:"valid"`
-	Error         string `json:"error,omitempty"`
-}
-
 // VerifyReceipts implements API: every signature and link of a lease's
 // stored chain, checked again.
-func (n *Node) VerifyReceipts(_ context.Context, id string) (ChainReport, error) {
+func (n *Node) VerifyReceipts(_ context.Context, id string) (_ api.ChainReport, err error) {
+	defer classified(&err)
 	terms, err := n.store.getLease(id)
 	if err != nil {
-		return ChainReport{}, fmt.Errorf("%w: %s", ErrUnknownLease, id)
+		return api.ChainReport{}, fmt.Errorf("%w: %s", api.ErrUnknownLease, id)
 	}
 	chain, err := n.store.receipts(id)
 	if err != nil {
-		return ChainReport{}, err
+		return api.ChainReport{}, err
 	}
 	return VerifyChain(terms, chain), nil
 }
@@ -161,7 +118,8 @@ func (n *Node) VerifyReceipts(_ context.Context, id string) (ChainReport, error)
 // ExportReceipts implements API: a lease's signed terms (the fill's sealed
 // Accept) and chain, as a proto.ReceiptChain that VerifyExport checks
 // without a node.
-func (n *Node) ExportReceipts(_ context.Context, id string) ([]byte, error) {
+func (n *Node) ExportReceipts(_ context.Context, id string) (_ []byte, err error) {
+	defer classified(&err)
 	r, err := n.leaseRun(id)
 	if err != nil {
 		return nil, err
@@ -183,28 +141,28 @@ func (n *Node) ExportReceipts(_ context.Context, id string) ([]byte, error) {
 // VerifyExport checks an exported chain offline: the terms signed by one
 // of the parties, every receipt signed by the provider, every
 // countersignature by the buyer, and every link and amount.
-func VerifyExport(b []byte) (ChainReport, error) {
+func VerifyExport(b []byte) (api.ChainReport, error) {
 	var rc proto.ReceiptChain
 	if err := gproto.Unmarshal(b, &rc); err != nil {
-		return ChainReport{}, fmt.Errorf("node: not a receipt chain: %w", err)
+		return api.ChainReport{}, fmt.Errorf("node: not a receipt chain: %w", err)
 	}
 	acc, signer, err := p2p.Open[*proto.Accept](rc.Lease, proto.MaxBookMessageSize)
 	if err != nil {
-		return ChainReport{}, fmt.Errorf("node: lease terms: %w", err)
+		return api.ChainReport{}, fmt.Errorf("node: lease terms: %w", err)
 	}
 	terms := acc.GetLease()
 	if terms == nil || !bytes.Equal(acc.Maker, []byte(signer)) ||
 		(!bytes.Equal(terms.Provider, []byte(signer)) && !bytes.Equal(terms.Buyer, []byte(signer))) {
-		return ChainReport{}, errors.New("node: lease terms not signed by a party to the lease")
+		return api.ChainReport{}, errors.New("node: lease terms not signed by a party to the lease")
 	}
 	return VerifyChain(terms, rc.Receipts), nil
 }
 
 // VerifyChain checks a chain's signatures against terms, then its links and
 // amounts (market.VerifyChain).
-func VerifyChain(terms *proto.Lease, chain []*proto.SignedReceipt) ChainReport {
-	rep := ChainReport{Lease: terms.Id, Provider: peer.ID(terms.Provider).String(), Buyer: peer.ID(terms.Buyer).String(), Currency: terms.Currency}
-	fail := func(err error) ChainReport { rep.Error = err.Error(); return rep }
+func VerifyChain(terms *proto.Lease, chain []*proto.SignedReceipt) api.ChainReport {
+	rep := api.ChainReport{Lease: terms.Id, Provider: peer.ID(terms.Provider).String(), Buyer: peer.ID(terms.Buyer).String(), Currency: terms.Currency}
+	fail := func(err error) api.ChainReport { rep.Error = err.Error(); return rep }
 	dec := make([]market.SignedReceiptDecoded, 0, len(chain))
 	for i, sr := range chain {
 		rc, signer, err := p2p.Open[*proto.Receipt](sr.Receipt, proto.MaxReceiptSize)

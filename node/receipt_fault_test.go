@@ -13,6 +13,7 @@ import (
 
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -180,7 +181,7 @@ func TestReceiptFaults(t *testing.T) {
 	if _, err := node.VerifyEvidence(tampered); err == nil {
 		t.Error("VerifyEvidence accepted a tampered receipt")
 	}
-	if _, err := buyer.ExportEvidence(ctx, "receipt/nope/1"); !errors.Is(err, node.ErrUnknownEvidence) {
+	if _, err := buyer.ExportEvidence(ctx, "receipt/nope/1"); !errors.Is(err, api.ErrUnknownEvidence) {
 		t.Errorf("ExportEvidence(unknown) = %v, want ErrUnknownEvidence", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/api"
 )
 
 // Standing asks. An ask placed with Replenish keeps selling its count of
@@ -31,9 +32,9 @@ type standingAsks struct {
 
 type standingAsk struct {
 	id     string
-	req    OrderRequest // as placed; Count is what it keeps on the book
-	orders []string     // placed for it, oldest first
-	err    string       // why the last re-listing failed
+	req    api.OrderRequest // as placed; Count is what it keeps on the book
+	orders []string         // placed for it, oldest first
+	err    string           // why the last re-listing failed
 }
 
 func (s *standingAsks) init() {
@@ -53,21 +54,21 @@ func (s *standingAsks) poke() {
 }
 
 // checkReplenish refuses what cannot stand: only resting asks do.
-func checkReplenish(req OrderRequest) error {
+func checkReplenish(req api.OrderRequest) error {
 	if !req.Replenish {
 		return nil
 	}
 	if req.Side != "ask" {
-		return badRequest("replenish is for asks only")
+		return api.BadRequest("replenish is for asks only")
 	}
 	if req.IOC {
-		return badRequest("an IOC ask cannot replenish: it never rests")
+		return api.BadRequest("an IOC ask cannot replenish: it never rests")
 	}
 	return nil
 }
 
 // standAsk makes the ask id, placed from req, a standing ask.
-func (n *Node) standAsk(id string, req OrderRequest) {
+func (n *Node) standAsk(id string, req api.OrderRequest) {
 	s := &n.standing
 	s.init()
 	req.ClientKey, req.Replenish = "", false
@@ -229,23 +230,14 @@ func (n *Node) restingAsks(mkt string, now time.Time) uint32 {
 }
 
 // StandingAsks lists the standing asks: ID, count kept, orders placed.
-func (n *Node) StandingAsks() []StandingAskView {
+func (n *Node) StandingAsks() []api.StandingAskView {
 	s := &n.standing
 	s.init()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]StandingAskView, 0, len(s.asks))
+	out := make([]api.StandingAskView, 0, len(s.asks))
 	for _, sa := range s.asks {
-		out = append(out, StandingAskView{ID: sa.id, Market: sa.req.Market, Count: sa.req.Count, Orders: append([]string(nil), sa.orders...), Error: sa.err})
+		out = append(out, api.StandingAskView{ID: sa.id, Market: sa.req.Market, Count: sa.req.Count, Orders: append([]string(nil), sa.orders...), Error: sa.err})
 	}
 	return out
-}
-
-// StandingAskView is one standing ask.
-type StandingAskView struct {
-	ID     string   `json:"id"`
-	Market string   `json:"market"`
-	Count  uint32   `json:"count"`
-	Orders []string `json:"orders"`
-	Error  string   `json:"error,omitempty"`
 }

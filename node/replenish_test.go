@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 )
 
 // TestReplenishedAsk: a standing ask for 2 GPUs is taken by a lease; once
@@ -13,11 +13,11 @@ import (
 func TestReplenishedAsk(t *testing.T) {
 	provider, buyer := startLeaseNet(t)
 	ctx := marketCtx(t)
-	if _, err := provider.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 1, Price: "1", Duration: "1m", Replenish: true}); err == nil ||
+	if _, err := provider.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: 1, Price: "1", Duration: "1m", Replenish: true}); err == nil ||
 		!strings.Contains(err.Error(), "asks only") {
 		t.Errorf("replenished bid = %v, want refused", err)
 	}
-	ask, err := provider.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: 2, Price: "2.40", MinDuration: "1s", Replenish: true})
+	ask, err := provider.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: h100, Count: 2, Price: "2.40", MinDuration: "1s", Replenish: true})
 	if err != nil || ask.Standing != ask.ID {
 		t.Fatalf("ask = %+v, %v; want a standing ask named by its own ID", ask, err)
 	}
@@ -25,17 +25,17 @@ func TestReplenishedAsk(t *testing.T) {
 		b, err := buyer.Book(ctx, h100, "USD")
 		return err == nil && depth(b.Asks) == 2, sprint(b, err)
 	})
-	first, err := buyer.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.50", Duration: "3s", IOC: true})
+	first, err := buyer.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.50", Duration: "3s", IOC: true})
 	if err != nil || len(first.Fills) != 1 {
 		t.Fatalf("first bid = %+v, %v; want one fill", first, err)
 	}
 	// Nothing is free on the ask now, so a second bid rests.
-	second, err := buyer.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.50", Duration: "3s"})
+	second, err := buyer.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.50", Duration: "3s"})
 	if err != nil || len(second.Fills) != 0 || second.Status != "resting" {
 		t.Fatalf("second bid = %+v, %v; want it resting", second, err)
 	}
 	waitLeaseClosed(t, ctx, provider, first.Fills[0].Lease)
-	var filled node.OrderView
+	var filled api.OrderView
 	waitFor(t, ctx, "the re-listed GPUs to fill the resting bid", func() (bool, string) {
 		filled, err = buyer.Order(ctx, second.ID)
 		return err == nil && len(filled.Fills) == 1, sprint(filled, err)
@@ -46,7 +46,7 @@ func TestReplenishedAsk(t *testing.T) {
 	// The provider took the resting bid (or the buyer took the new ask):
 	// either way both sides hold the lease, the provider once the accept
 	// is back.
-	var lease node.LeaseView
+	var lease api.LeaseView
 	waitFor(t, ctx, "the provider to hold the second lease", func() (bool, string) {
 		lease, err = provider.Lease(ctx, filled.Fills[0].Lease)
 		return err == nil, sprint(lease, err)
@@ -75,11 +75,11 @@ func TestReplenishedAsk(t *testing.T) {
 func TestReplenishedAskExpiry(t *testing.T) {
 	provider, buyer := startLeaseNet(t)
 	ctx := marketCtx(t)
-	ask, err := provider.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: 2, Price: "2.40", Expires: "2s", Replenish: true})
+	ask, err := provider.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: h100, Count: 2, Price: "2.40", Expires: "2s", Replenish: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var next node.OrderView
+	var next api.OrderView
 	waitFor(t, ctx, "the expired ask placed again", func() (bool, string) {
 		st := provider.StandingAsks()
 		if len(st) != 1 || len(st[0].Orders) < 2 {

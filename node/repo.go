@@ -6,11 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
-	"syscall"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 
+	"github.com/suanli/suanli/node/internal/repofile"
 	"github.com/suanli/suanli/node/keystore"
 )
 
@@ -28,10 +27,10 @@ const (
 	configFile    = "config.json"
 	keyFile       = "keystore/identity.key"
 	datastoreDir  = "datastore"
-	lockFile      = "repo.lock"
+	lockFile      = repofile.LockFile
 	versionFile   = "version"
-	apiFile       = "api"
-	apiTokenFile  = "api.token"
+	apiFile       = repofile.API
+	apiTokenFile  = repofile.APIToken
 	defaultRegion = "CN-GZ"
 )
 
@@ -39,7 +38,7 @@ const (
 var ErrNotInitialized = errors.New("node: repo not initialized")
 
 // ErrRepoLocked is returned when another process holds the repo.
-var ErrRepoLocked = errors.New("node: repo is in use by another daemon")
+var ErrRepoLocked = repofile.ErrLocked
 
 // Config is what config.json holds. Options given to New override it.
 type Config struct {
@@ -133,53 +132,8 @@ func LoadKey(dir string, passphrase []byte) (crypto.PrivKey, error) {
 	return keystore.Load(filepath.Join(dir, keyFile), passphrase)
 }
 
-// lockRepo takes an exclusive, non-blocking flock on the repo. The lock dies
-// with the process, so a crashed daemon never leaves the repo locked.
-func lockRepo(dir string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("node: open lock: %w", err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: %s (is `suanli daemon` already running there?)", ErrRepoLocked, dir)
-		}
-		return nil, fmt.Errorf("node: lock repo: %w", err)
-	}
-	return f, nil
-}
-
-// APIEndpoint is a running daemon's API address and token, read from the repo.
-type APIEndpoint struct {
-	Addr  string // host:port, or unix:/path
-	Token string
-}
-
-// ErrNoDaemon is returned when a repo has no api file: no daemon runs there.
-var ErrNoDaemon = errors.New("node: no daemon running")
-
-// ReadAPIEndpoint reads <repo>/api and <repo>/api.token.
-func ReadAPIEndpoint(dir string) (APIEndpoint, error) {
-	b, err := os.ReadFile(filepath.Join(dir, apiFile))
-	if errors.Is(err, os.ErrNotExist) {
-		return APIEndpoint{}, fmt.Errorf("%w on repo %s: start one with `suanli daemon`", ErrNoDaemon, dir)
-	}
-	if err != nil {
-		return APIEndpoint{}, err
-	}
-	// A daemon killed with -9 leaves its api file behind; it no longer
-	// holds the repo lock, so the lock tells a live daemon from a dead one.
-	if f, err := lockRepo(dir); err == nil {
-		f.Close()
-		return APIEndpoint{}, fmt.Errorf("%w on repo %s (stale api file from a daemon that exited): start one with `suanli daemon`", ErrNoDaemon, dir)
-	}
-	tok, err := os.ReadFile(filepath.Join(dir, apiTokenFile))
-	if err != nil {
-		return APIEndpoint{}, fmt.Errorf("node: read api token: %w", err)
-	}
-	return APIEndpoint{Addr: strings.TrimSpace(string(b)), Token: strings.TrimSpace(string(tok))}, nil
-}
+// lockRepo takes the repo's lock (see repofile.Lock).
+func lockRepo(dir string) (*os.File, error) { return repofile.Lock(dir) }
 
 func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 	dir := filepath.Dir(path)

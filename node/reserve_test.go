@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 )
 
 // TestReservedForwardBlock: a reserved block of 10 s starting 5 s from now
@@ -19,7 +19,7 @@ func TestReservedForwardBlock(t *testing.T) {
 	ctx := marketCtx(t)
 	ask := func() {
 		t.Helper()
-		o, err := provider.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: 8, LeaseType: "reserved", MinDuration: "1s", MaxDuration: "1h"})
+		o, err := provider.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: h100, Count: 8, LeaseType: "reserved", MinDuration: "1s", MaxDuration: "1h"})
 		if err != nil || o.Price != "2.49" {
 			t.Fatalf("reserved ask = %+v, %v; want the offer's price (no discount for 1 s)", o, err)
 		}
@@ -28,9 +28,9 @@ func TestReservedForwardBlock(t *testing.T) {
 			return err == nil && len(b.Asks) == 1, sprint(b, err)
 		})
 	}
-	bid := func(start, d string) node.OrderView {
+	bid := func(start, d string) api.OrderView {
 		t.Helper()
-		o, err := buyer.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 8, Price: "3.00", LeaseType: "reserved",
+		o, err := buyer.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: 8, Price: "3.00", LeaseType: "reserved",
 			Start: start, Duration: d, IOC: true})
 		if err != nil {
 			t.Fatal(err)
@@ -63,7 +63,7 @@ func TestReservedForwardBlock(t *testing.T) {
 	if o := bid("+30s", "10s"); len(o.Fills) != 1 {
 		t.Errorf("later block = %+v, want it filled", o)
 	}
-	for _, bad := range []node.OrderRequest{
+	for _, bad := range []api.OrderRequest{
 		{Side: "bid", Market: h100, Count: 1, Price: "3", LeaseType: "reserved", Start: "2020-01-01T00:00:00Z", Duration: "10s"},
 		{Side: "bid", Market: h100, Count: 1, Price: "3", LeaseType: "spot", Start: "+5s", Duration: "10s"},
 		{Side: "bid", Market: h100, Count: 1, Price: "3", LeaseType: "reserved", Start: "+9000h", Duration: "10s"},
@@ -74,7 +74,7 @@ func TestReservedForwardBlock(t *testing.T) {
 	}
 
 	// A resting bid for a block ahead shows apart in the book.
-	if _, err := buyer.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "1.00", LeaseType: "reserved",
+	if _, err := buyer.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "1.00", LeaseType: "reserved",
 		Start: "+2m", Duration: "1m"}); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/devnet"
 )
 
@@ -41,7 +42,7 @@ func TestProviderRestart(t *testing.T) {
 	}
 	t.Cleanup(func() { buyer.Close() })
 
-	first, err := devnet.WaitFound(ctx, buyer, node.OfferQuery{}, 1)
+	first, err := devnet.WaitFound(ctx, buyer, api.OfferQuery{}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func TestProviderRestart(t *testing.T) {
 		t.Fatalf("restarted peer ID = %s, want %s", p2.PeerID(), pid)
 	}
 	for {
-		got, err := buyer.Offers(ctx, node.OfferQuery{})
+		got, err := buyer.Offers(ctx, api.OfferQuery{})
 		if err == nil && len(got) == 1 && got[0].Seq > first[0].Seq {
 			if got[0].Price != "1.35" || got[0].Provider != pid.String() {
 				t.Fatalf("after restart offer = %s at %s seq %d, want %s at 1.35", got[0].Provider, got[0].Price, got[0].Seq, pid)

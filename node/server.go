@@ -14,28 +14,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/suanli/suanli/node/api"
 )
 
 // The local HTTP API. Every /api/v0 route needs "Authorization: Bearer
 // <token>" with the token from <repo>/api.token; /metrics is open (it
 // listens on loopback or a unix socket only).
-const apiPrefix = "/api/v0"
-
-// userError is a failure caused by the caller's input: HTTP 400, and its
-// message is safe to show.
-type userError struct{ msg string }
-
-func (e *userError) Error() string { return e.msg }
-
-func badRequest(format string, args ...any) error {
-	return &userError{msg: fmt.Sprintf(format, args...)}
-}
-
-// IsBadRequest reports whether err was caused by the caller's input.
-func IsBadRequest(err error) bool {
-	var u *userError
-	return errors.As(err, &u)
-}
 
 type apiServer struct {
 	n       *Node
@@ -77,35 +61,35 @@ func startAPI(n *Node, addr string) (*apiServer, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET "+apiPrefix+"/id", s.auth(func(r *http.Request) (any, error) { return n.ID(r.Context()) }))
-	mux.HandleFunc("GET "+apiPrefix+"/gpus", s.auth(func(r *http.Request) (any, error) { return n.GPUs(r.Context()) }))
-	mux.HandleFunc("GET "+apiPrefix+"/peers", s.auth(func(r *http.Request) (any, error) { return n.Peers(r.Context()) }))
-	mux.HandleFunc("GET "+apiPrefix+"/offers", s.auth(func(r *http.Request) (any, error) {
+	mux.HandleFunc("GET "+api.Prefix+"/id", s.auth(func(r *http.Request) (any, error) { return n.ID(r.Context()) }))
+	mux.HandleFunc("GET "+api.Prefix+"/gpus", s.auth(func(r *http.Request) (any, error) { return n.GPUs(r.Context()) }))
+	mux.HandleFunc("GET "+api.Prefix+"/peers", s.auth(func(r *http.Request) (any, error) { return n.Peers(r.Context()) }))
+	mux.HandleFunc("GET "+api.Prefix+"/offers", s.auth(func(r *http.Request) (any, error) {
 		q, err := offerQueryFromURL(r)
 		if err != nil {
 			return nil, err
 		}
 		return n.Offers(r.Context(), q)
 	}))
-	mux.HandleFunc("POST "+apiPrefix+"/orders", s.auth(func(r *http.Request) (any, error) {
-		var req OrderRequest
+	mux.HandleFunc("POST "+api.Prefix+"/orders", s.auth(func(r *http.Request) (any, error) {
+		var req api.OrderRequest
 		if err := decodeBody(r, "order request", 64<<10, &req); err != nil {
 			return nil, err
 		}
 		return n.PlaceOrder(r.Context(), req)
 	}))
-	mux.HandleFunc("GET "+apiPrefix+"/orders", s.auth(func(r *http.Request) (any, error) { return n.Orders(r.Context()) }))
-	mux.HandleFunc("GET "+apiPrefix+"/orders/{id}", s.auth(func(r *http.Request) (any, error) {
+	mux.HandleFunc("GET "+api.Prefix+"/orders", s.auth(func(r *http.Request) (any, error) { return n.Orders(r.Context()) }))
+	mux.HandleFunc("GET "+api.Prefix+"/orders/{id}", s.auth(func(r *http.Request) (any, error) {
 		return n.Order(r.Context(), r.PathValue("id"))
 	}))
-	mux.HandleFunc("DELETE "+apiPrefix+"/orders/{id}", s.auth(func(r *http.Request) (any, error) {
+	mux.HandleFunc("DELETE "+api.Prefix+"/orders/{id}", s.auth(func(r *http.Request) (any, error) {
 		return n.CancelOrder(r.Context(), r.PathValue("id"))
 	}))
-	mux.HandleFunc("GET "+apiPrefix+"/book/{market}", s.auth(func(r *http.Request) (any, error) {
+	mux.HandleFunc("GET "+api.Prefix+"/book/{market}", s.auth(func(r *http.Request) (any, error) {
 		return n.Book(r.Context(), r.PathValue("market"), r.URL.Query().Get("currency"))
 	}))
 	registerLeaseRoutes(mux, s, n)
-	mux.HandleFunc("GET "+apiPrefix+"/trades/{market}", s.auth(func(r *http.Request) (any, error) {
+	mux.HandleFunc("GET "+api.Prefix+"/trades/{market}", s.auth(func(r *http.Request) (any, error) {
 		return n.Trades(r.Context(), r.PathValue("market"))
 	}))
 	registerAttestRoutes(mux, s)
@@ -137,40 +121,28 @@ func (s *apiServer) auth(h func(*http.Request) (any, error)) http.HandlerFunc {
 		switch s.access(r) {
 		case accessNone:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="suanli"`)
-			writeJSON(w, http.StatusUnauthorized, apiError{Error: "missing or wrong API token (see <repo>/api.token)"})
+			writeError(w, api.ErrUnauthorized)
 			return
 		case accessRead:
 			if r.Method != http.MethodGet && r.Method != http.MethodHead {
-				writeJSON(w, http.StatusForbidden, apiError{Error: "a read-only token cannot change anything"})
+				writeError(w, api.Errorf(api.CodeForbidden, "a read-only token cannot change anything"))
 				return
 			}
 		}
 		v, err := h(r)
 		if err != nil {
-			status := http.StatusInternalServerError
-			switch {
-			case IsBadRequest(err):
-				status = http.StatusBadRequest
-			case errors.Is(err, ErrNoGPUs):
-				status = http.StatusNotFound
-			case errors.Is(err, ErrUnknownOrder):
-				status = http.StatusNotFound
-			case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-				status = http.StatusGatewayTimeout
-			}
-			writeJSON(w, status, apiError{Error: err.Error(), BadRequest: status == http.StatusBadRequest,
-				NoGPU: errors.Is(err, ErrNoGPUs), UnknownOrder: errors.Is(err, ErrUnknownOrder)})
+			writeError(w, classify(err))
 			return
 		}
 		writeJSON(w, http.StatusOK, v)
 	}
 }
 
-type apiError struct {
-	Error        string `json:"error"`
-	BadRequest   bool   `json:"bad_request,omitempty"`
-	NoGPU        bool   `json:"no_gpu,omitempty"`
-	UnknownOrder bool   `json:"unknown_order,omitempty"`
+// writeError serves err with its code's status; its message is the body's
+// "error", its code the body's "code" (see api.WireError).
+func writeError(w http.ResponseWriter, err error) {
+	c := api.CodeOf(err)
+	writeJSON(w, c.Status(), api.WireError{Error: err.Error(), Code: c})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -179,26 +151,26 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
-func offerQueryFromURL(r *http.Request) (OfferQuery, error) {
+func offerQueryFromURL(r *http.Request) (api.OfferQuery, error) {
 	v := r.URL.Query()
-	q := OfferQuery{
+	q := api.OfferQuery{
 		GPU: v.Get("gpu"), Region: v.Get("region"), MaxPrice: v.Get("max_price"),
 		Currency: v.Get("currency"), Sort: v.Get("sort"), CCAttested: v.Get("cc_attested") == "true",
 	}
 	var err error
 	if s := v.Get("min_gpus"); s != "" {
 		if q.MinGPUs, err = strconv.Atoi(s); err != nil {
-			return q, badRequest("min_gpus: %v", err)
+			return q, api.BadRequest("min_gpus: %v", err)
 		}
 	}
 	if s := v.Get("min_free_gpus"); s != "" {
 		if q.MinFreeGPUs, err = strconv.Atoi(s); err != nil {
-			return q, badRequest("min_free_gpus: %v", err)
+			return q, api.BadRequest("min_free_gpus: %v", err)
 		}
 	}
 	if s := v.Get("min_vram_gib"); s != "" {
 		if q.MinVRAMGiB, err = strconv.ParseUint(s, 10, 32); err != nil {
-			return q, badRequest("min_vram_gib: %v", err)
+			return q, api.BadRequest("min_vram_gib: %v", err)
 		}
 	}
 	return q, nil

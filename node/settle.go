@@ -10,58 +10,10 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
-
-// SettlementView is the node's settlement with one peer, from countersigned
-// receipts and acknowledged payments (market.Ledger).
-type SettlementView struct {
-	Peer     string            `json:"peer"`
-	Leases   []LeaseSettlement `json:"leases"`
-	Payments []PaymentView     `json:"payments"`
-	Totals   []TotalView       `json:"totals"`
-	// Credit is what the peer may still run up with this provider, when
-	// it bought from it or prepaid (see credit.go).
-	Credit []CreditView `json:"credit,omitempty"`
-}
-
-// LeaseSettlement is one lease in a settlement.
-type LeaseSettlement struct {
-	Lease        string `json:"lease"`
-	Role         string `json:"role"`
-	Currency     string `json:"currency"`
-	Receipts     uint64 `json:"receipts"`
-	GPUMillis    uint64 `json:"gpu_ms"`
-	Amount       string `json:"amount"` // countersigned cumulative
-	AmountMicros int64  `json:"amount_micros"`
-	Paid         string `json:"paid"`
-	Owed         string `json:"owed"`
-	OwedMicros   int64  `json:"owed_micros"`
-}
-
-// TotalView is a settlement's total in one currency. Owed is what the peer
-// owes this node; negative when this node owes the peer.
-type TotalView struct {
-	Currency   string `json:"currency"`
-	Receivable string `json:"receivable"`
-	Received   string `json:"received"`
-	Payable    string `json:"payable"`
-	Paid       string `json:"paid"`
-	Owed       string `json:"owed"`
-	OwedMicros int64  `json:"owed_micros"`
-}
-
-// PaymentView is an acknowledged payment.
-type PaymentView struct {
-	Role      string    `json:"role"` // provider: the peer paid this node
-	Seq       uint64    `json:"seq"`
-	Amount    string    `json:"amount"`
-	Currency  string    `json:"currency"`
-	Created   time.Time `json:"created"`
-	Reference string    `json:"reference,omitempty"`
-	Delivered *bool     `json:"delivered,omitempty"`
-}
 
 // ledger builds the node's ledger from storage.
 func (n *Node) ledger() (*market.Ledger, error) {
@@ -109,7 +61,8 @@ func (n *Node) ledger() (*market.Ledger, error) {
 
 // Settle implements API: the settlement with peer, or with every peer when
 // peer is empty.
-func (n *Node) Settle(_ context.Context, peerID string) ([]SettlementView, error) {
+func (n *Node) Settle(_ context.Context, peerID string) (_ []api.SettlementView, err error) {
+	defer classified(&err)
 	l, err := n.ledger()
 	if err != nil {
 		return nil, err
@@ -118,23 +71,23 @@ func (n *Node) Settle(_ context.Context, peerID string) ([]SettlementView, error
 	if peerID != "" {
 		p, err := peer.Decode(peerID)
 		if err != nil {
-			return nil, badRequest("peer: %v", err)
+			return nil, api.BadRequest("peer: %v", err)
 		}
 		peers = []string{string(p)}
 	}
-	out := []SettlementView{}
+	out := []api.SettlementView{}
 	for _, p := range peers {
 		st := l.Statement(p)
-		v := SettlementView{Peer: peer.ID(p).String(), Leases: []LeaseSettlement{}, Payments: []PaymentView{}, Totals: []TotalView{}}
+		v := api.SettlementView{Peer: peer.ID(p).String(), Leases: []api.LeaseSettlement{}, Payments: []api.PaymentView{}, Totals: []api.TotalView{}}
 		for _, ls := range st.Leases {
-			v.Leases = append(v.Leases, LeaseSettlement{
+			v.Leases = append(v.Leases, api.LeaseSettlement{
 				Lease: ls.LeaseID, Role: ls.Role.String(), Currency: ls.Currency, Receipts: ls.Receipts, GPUMillis: ls.GPUMillis,
 				Amount: market.FormatMicros(ls.Countersigned, ls.Currency), AmountMicros: ls.Countersigned,
 				Paid: market.FormatMicros(ls.Paid, ls.Currency), Owed: market.FormatMicros(ls.Owed, ls.Currency), OwedMicros: ls.Owed,
 			})
 		}
 		for _, pm := range st.Payments {
-			v.Payments = append(v.Payments, PaymentView{Role: pm.Role.String(), Seq: pm.Seq, Amount: market.FormatMicros(pm.Amount.Micros, pm.Amount.Currency),
+			v.Payments = append(v.Payments, api.PaymentView{Role: pm.Role.String(), Seq: pm.Seq, Amount: market.FormatMicros(pm.Amount.Micros, pm.Amount.Currency),
 				Currency: pm.Amount.Currency, Created: pm.Created, Reference: pm.Reference})
 		}
 		var bought []string
@@ -143,7 +96,7 @@ func (n *Node) Settle(_ context.Context, peerID string) ([]SettlementView, error
 				bought = append(bought, t.Currency)
 			}
 			f := func(m int64) string { return market.FormatMicros(m, t.Currency) }
-			v.Totals = append(v.Totals, TotalView{Currency: t.Currency, Receivable: f(t.Receivable), Received: f(t.Received),
+			v.Totals = append(v.Totals, api.TotalView{Currency: t.Currency, Receivable: f(t.Receivable), Received: f(t.Received),
 				Payable: f(t.Payable), Paid: f(t.Paid), Owed: f(t.Owed), OwedMicros: t.Owed})
 		}
 		if len(bought) > 0 {
@@ -154,41 +107,34 @@ func (n *Node) Settle(_ context.Context, peerID string) ([]SettlementView, error
 	return out, nil
 }
 
-// PaymentRequest is a provider's acknowledgement that a buyer paid it.
-type PaymentRequest struct {
-	Peer      string `json:"peer"`
-	Amount    string `json:"amount"` // decimal in Currency
-	Currency  string `json:"currency,omitempty"`
-	Reference string `json:"reference,omitempty"`
-}
-
 // AckPayment implements API: the provider signs a PaymentAck, stores it and
 // sends it to the buyer, whose ledger applies it too.
-func (n *Node) AckPayment(ctx context.Context, req PaymentRequest) (PaymentView, error) {
+func (n *Node) AckPayment(ctx context.Context, req api.PaymentRequest) (_ api.PaymentView, err error) {
+	defer classified(&err)
 	buyer, err := peer.Decode(req.Peer)
 	if err != nil {
-		return PaymentView{}, badRequest("peer: %v", err)
+		return api.PaymentView{}, api.BadRequest("peer: %v", err)
 	}
 	m, err := market.ParseMoney(req.Amount, cmpOr(req.Currency, "USD"))
 	if err != nil {
-		return PaymentView{}, badRequest("amount: %v", err)
+		return api.PaymentView{}, api.BadRequest("amount: %v", err)
 	}
 	prefix := "payment/" + n.host.ID().String() + "/" + buyer.String() + "/"
 	var seq uint64
 	if err := n.store.scan(prefix, func(k, _ []byte) error { seq = binary.BigEndian.Uint64(k); return nil }); err != nil {
-		return PaymentView{}, err
+		return api.PaymentView{}, err
 	}
 	ack := &proto.PaymentAck{Provider: []byte(n.host.ID()), Buyer: []byte(buyer), AmountMicros: m.Micros, Currency: m.Currency,
 		Seq: seq + 1, CreatedUnixMs: n.now().UnixMilli(), Reference: req.Reference}
 	if _, err := market.NewLedger(ack.Provider).AddPayment(ack); err != nil {
-		return PaymentView{}, badRequest("%v", err)
+		return api.PaymentView{}, api.BadRequest("%v", err)
 	}
 	env, err := p2p.Seal(n.key, ack, proto.MaxReceiptSize)
 	if err != nil {
-		return PaymentView{}, err
+		return api.PaymentView{}, err
 	}
 	if err := n.store.putPayment(ack, env); err != nil {
-		return PaymentView{}, err
+		return api.PaymentView{}, err
 	}
 	n.creditFreed(buyer) // credit.go
 	kind, body, err := p2p.SendReceiptMessage(ctx, n.host, buyer, p2p.FramePayment, env)
@@ -196,7 +142,7 @@ func (n *Node) AckPayment(ctx context.Context, req PaymentRequest) (PaymentView,
 	if !delivered {
 		n.log.Warn("payment acknowledgement not delivered", "buyer", shortID(buyer), "err", err, "answer", string(body))
 	}
-	return PaymentView{Role: market.RoleProvider.String(), Seq: ack.Seq, Amount: market.FormatMicros(m.Micros, m.Currency),
+	return api.PaymentView{Role: market.RoleProvider.String(), Seq: ack.Seq, Amount: market.FormatMicros(m.Micros, m.Currency),
 		Currency: m.Currency, Created: time.UnixMilli(ack.CreatedUnixMs).UTC(), Reference: req.Reference, Delivered: &delivered}, nil
 }
 

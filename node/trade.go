@@ -13,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -36,97 +37,16 @@ type ownOrder struct {
 	order    market.Order
 	env      []byte
 	status   string // resting, filled, cancelled, expired, done (IOC remainder dropped)
-	fills    []TradeView
+	fills    []api.TradeView
 	err      string
-	workload WorkloadSpec // bids: what the buyer asks the provider to run
-	req      OrderRequest // as placed, for re-queueing (bids asking for it)
+	workload WorkloadSpec     // bids: what the buyer asks the provider to run
+	req      api.OrderRequest // as placed, for re-queueing (bids asking for it)
 	requeue  bool
 	stand    string // the standing ask it was placed for (replenish.go)
 }
 
-// OrderRequest is a new bid or ask. Prices are decimals in Currency.
-type OrderRequest struct {
-	Side        string `json:"side"` // bid or ask
-	Market      string `json:"market"`
-	Count       uint32 `json:"count"`
-	Price       string `json:"price"`
-	Currency    string `json:"currency,omitempty"`     // default USD
-	LeaseType   string `json:"lease_type,omitempty"`   // spot (default), on-demand, reserved
-	Duration    string `json:"duration,omitempty"`     // bids: e.g. "1h"
-	MinDuration string `json:"min_duration,omitempty"` // asks, default 1m
-	MaxDuration string `json:"max_duration,omitempty"` // asks, default 720h
-	Expires     string `json:"expires,omitempty"`      // rest this long, default 1h
-	IOC         bool   `json:"ioc,omitempty"`
-	PostOnly    bool   `json:"post_only,omitempty"`
-	AllOrNone   bool   `json:"all_or_none,omitempty"`
-	ClientKey   string `json:"client_key,omitempty"`
-	// Start, for reserved time, is a forward block's start: RFC 3339, or
-	// "+D" from now (e.g. "+5s"); empty: now. A bid's block is
-	// [Start, Start+Duration); an ask sells blocks from Start on.
-	Start string `json:"start,omitempty"`
-	// Requeue, for a spot bid: when its lease is preempted, the bid goes
-	// back on the book for the rest of its duration.
-	Requeue bool `json:"requeue,omitempty"`
-	// Bid constraints.
-	Regions        []string `json:"regions,omitempty"`
-	MinAttestation string   `json:"min_attestation,omitempty"`
-	MinVRAMGiB     uint64   `json:"min_vram_gib,omitempty"`
-	// Exec is a bid's command: run by the provider's process executor on
-	// the leased GPUs, or with Image, the container's command.
-	Exec []string `json:"exec,omitempty"`
-	// Image is a bid's container image, run by the provider's docker
-	// executor on exactly the leased GPUs; Ports are container TCP ports
-	// to publish, SSHKey an authorized_keys line for root, WritableRoot a
-	// writable root filesystem. All empty: the GPUs are only reserved.
-	Image        string   `json:"image,omitempty"`
-	Ports        []uint16 `json:"ports,omitempty"`
-	SSHKey       string   `json:"ssh_key,omitempty"`
-	WritableRoot bool     `json:"writable_root,omitempty"`
-	// Replenish makes an ask a standing one: GPUs freed at the end of its
-	// leases go back on the book (see replenish.go).
-	Replenish bool `json:"replenish,omitempty"`
-}
-
-// OrderView is an order of this node and its trades.
-type OrderView struct {
-	ID        string      `json:"id"`
-	Side      string      `json:"side"`
-	Market    string      `json:"market"`
-	Count     uint32      `json:"count"`
-	Remaining uint32      `json:"remaining"`
-	Price     string      `json:"price"`
-	Currency  string      `json:"currency"`
-	LeaseType string      `json:"lease_type"`
-	Status    string      `json:"status"`
-	Expires   time.Time   `json:"expires"`
-	Fills     []TradeView `json:"fills"`
-	Error     string      `json:"error,omitempty"`
-	// PassedOver says, for an order that rests (or an IOC that did not
-	// fill), why visible opposite orders at or better than its price were
-	// not taken.
-	PassedOver []PassView `json:"passed_over,omitempty"`
-	// Standing is the standing ask (its first order's ID) this ask keeps
-	// on the book, when it is one (see replenish.go).
-	Standing string `json:"standing,omitempty"`
-}
-
-// TradeView is one fill.
-type TradeView struct {
-	ID        string    `json:"id"`
-	Market    string    `json:"market"`
-	Price     string    `json:"price"`
-	Currency  string    `json:"currency"`
-	Count     uint32    `json:"count"`
-	Buyer     string    `json:"buyer"`
-	Provider  string    `json:"provider"`
-	Lease     string    `json:"lease"`
-	LeaseType string    `json:"lease_type"`
-	GPUs      []string  `json:"gpus,omitempty"`
-	Time      time.Time `json:"time"`
-}
-
-func tradeView(f market.Fill, l *proto.Lease) TradeView {
-	v := TradeView{
+func tradeView(f market.Fill, l *proto.Lease) api.TradeView {
+	v := api.TradeView{
 		ID: f.ID, Market: f.Market, Price: market.FormatMicros(f.Price, f.Currency), Currency: f.Currency,
 		Count: f.Quantity, Buyer: f.Buyer, Provider: f.Provider, LeaseType: f.LeaseType.String(), Time: f.Time.UTC(),
 	}
@@ -136,13 +56,13 @@ func tradeView(f market.Fill, l *proto.Lease) TradeView {
 	return v
 }
 
-// workload is what the request asks the provider to run.
-func (req OrderRequest) workload() WorkloadSpec {
+// workloadOf is what the request asks the provider to run.
+func workloadOf(req api.OrderRequest) WorkloadSpec {
 	return WorkloadSpec{Command: req.Exec, Image: req.Image, Ports: req.Ports, SSHKey: req.SSHKey, WritableRoot: req.WritableRoot}
 }
 
 // buildOrder turns a request into a signed order of this node.
-func (n *Node) buildOrder(req OrderRequest) (*market.Order, *proto.Order, error) {
+func (n *Node) buildOrder(req api.OrderRequest) (*market.Order, *proto.Order, error) {
 	now := n.now()
 	cur := cmpOr(req.Currency, "USD")
 	if req.Price == "" && req.Side == "ask" && req.LeaseType == "reserved" {
@@ -154,20 +74,20 @@ func (n *Node) buildOrder(req OrderRequest) (*market.Order, *proto.Order, error)
 	}
 	price, err := market.ParseMoney(req.Price, cur)
 	if err != nil {
-		return nil, nil, badRequest("price: %v", err)
+		return nil, nil, api.BadRequest("price: %v", err)
 	}
 	side, err := market.ParseSide(req.Side)
 	if err != nil {
-		return nil, nil, badRequest("%v", err)
+		return nil, nil, api.BadRequest("%v", err)
 	}
 	lt, err := market.ParseLeaseType(cmpOr(req.LeaseType, "spot"))
 	if err != nil {
-		return nil, nil, badRequest("%v", err)
+		return nil, nil, api.BadRequest("%v", err)
 	}
 	dur := func(s, def string, what string) (time.Duration, error) {
 		d, err := time.ParseDuration(cmpOr(s, def))
 		if err != nil {
-			return 0, badRequest("%s: %v", what, err)
+			return 0, api.BadRequest("%s: %v", what, err)
 		}
 		return d, nil
 	}
@@ -197,7 +117,7 @@ func (n *Node) buildOrder(req OrderRequest) (*market.Order, *proto.Order, error)
 	if req.Start != "" {
 		start, err := parseStart(req.Start, now)
 		if err != nil {
-			return nil, nil, badRequest("start: %v", err)
+			return nil, nil, api.BadRequest("start: %v", err)
 		}
 		po.StartUnixMs = start.UnixMilli()
 	}
@@ -214,7 +134,7 @@ func (n *Node) buildOrder(req OrderRequest) (*market.Order, *proto.Order, error)
 		po.Side = proto.Side_SIDE_ASK
 		offer := n.Published()
 		if offer == nil {
-			return nil, nil, fmt.Errorf("%w: an ask needs a published offer (%v)", ErrNoGPUs, n.noGPU)
+			return nil, nil, fmt.Errorf("%w: an ask needs a published offer (%v)", api.ErrNoGPUs, n.noGPU)
 		}
 		po.OfferSeq = offer.Seq
 		minD, err := dur(req.MinDuration, defaultMinLease.String(), "min-duration")
@@ -229,10 +149,10 @@ func (n *Node) buildOrder(req OrderRequest) (*market.Order, *proto.Order, error)
 	}
 	o, err := p2p.OrderFromProto(po)
 	if err != nil {
-		return nil, nil, badRequest("%v", err)
+		return nil, nil, api.BadRequest("%v", err)
 	}
 	if err := o.Validate(now); err != nil {
-		return nil, nil, badRequest("%v", err)
+		return nil, nil, api.BadRequest("%v", err)
 	}
 	if side == market.Ask {
 		free, err := n.freeGPUs(o.Market)
@@ -253,10 +173,10 @@ func (n *Node) buildOrder(req OrderRequest) (*market.Order, *proto.Order, error)
 			}
 		}
 		if uint32(avail) < o.Quantity {
-			return nil, nil, badRequest("ask for %d GPUs in %s, %d free", o.Quantity, o.Market, avail)
+			return nil, nil, api.BadRequest("ask for %d GPUs in %s, %d free", o.Quantity, o.Market, avail)
 		}
 		if err := n.askFacts(context.Background(), o, po.OfferSeq); err != nil {
-			return nil, nil, badRequest("%v", err)
+			return nil, nil, api.BadRequest("%v", err)
 		}
 	}
 	return o, po, nil
@@ -265,28 +185,29 @@ func (n *Node) buildOrder(req OrderRequest) (*market.Order, *proto.Order, error)
 // PlaceOrder signs and places a bid or ask: it joins the market, takes
 // whatever the order crosses in this node's replica (agreeing each trade
 // with its maker), and rests the rest on the book unless it is IOC.
-func (n *Node) PlaceOrder(ctx context.Context, req OrderRequest) (OrderView, error) {
-	if w := req.workload(); !w.Empty() {
+func (n *Node) PlaceOrder(ctx context.Context, req api.OrderRequest) (_ api.OrderView, err error) {
+	defer classified(&err)
+	if w := workloadOf(req); !w.Empty() {
 		if req.Side != "bid" {
-			return OrderView{}, badRequest("a workload (exec, image, ports, ssh key) belongs on a bid")
+			return api.OrderView{}, api.BadRequest("a workload (exec, image, ports, ssh key) belongs on a bid")
 		}
 		if err := w.Validate(); err != nil {
-			return OrderView{}, badRequest("%v", err)
+			return api.OrderView{}, api.BadRequest("%v", err)
 		}
 	}
 	if err := checkReplenish(req); err != nil {
-		return OrderView{}, err
+		return api.OrderView{}, err
 	}
 	if err := n.JoinMarket(ctx, req.Market); err != nil {
-		return OrderView{}, err
+		return api.OrderView{}, err
 	}
 	o, po, err := n.buildOrder(req)
 	if err != nil {
-		return OrderView{}, err
+		return api.OrderView{}, err
 	}
 	env, err := p2p.Seal(n.key, po, proto.MaxBookMessageSize)
 	if err != nil {
-		return OrderView{}, err
+		return api.OrderView{}, err
 	}
 	o.ID = proto.CIDOf(env).String()
 
@@ -294,7 +215,7 @@ func (n *Node) PlaceOrder(ctx context.Context, req OrderRequest) (OrderView, err
 	s, err := n.books.state(o.Market, o.Currency)
 	if err != nil {
 		n.books.mu.Unlock()
-		return OrderView{}, badRequest("%v", err)
+		return api.OrderView{}, api.BadRequest("%v", err)
 	}
 	if o.ClientKey != "" {
 		if id, ok := s.book.ClientKey(o.Maker, o.ClientKey); ok {
@@ -304,7 +225,7 @@ func (n *Node) PlaceOrder(ctx context.Context, req OrderRequest) (OrderView, err
 	}
 	if _, err := s.book.Match(o, n.now()); errors.Is(err, market.ErrWouldCross) {
 		n.books.mu.Unlock()
-		return OrderView{}, badRequest("post-only order would trade now: %v", err)
+		return api.OrderView{}, api.BadRequest("post-only order would trade now: %v", err)
 	}
 	n.books.mu.Unlock()
 
@@ -317,7 +238,7 @@ func (n *Node) PlaceOrder(ctx context.Context, req OrderRequest) (OrderView, err
 			}
 		}
 	}
-	n.own[o.ID] = &ownOrder{order: *o, env: env, status: "taking", workload: req.workload(), req: req, requeue: req.Requeue}
+	n.own[o.ID] = &ownOrder{order: *o, env: env, status: "taking", workload: workloadOf(req), req: req, requeue: req.Requeue}
 	n.ownMu.Unlock()
 
 	// Take what crosses first; only then rest the remainder, so no other
@@ -342,7 +263,7 @@ func (n *Node) PlaceOrder(ctx context.Context, req OrderRequest) (OrderView, err
 		case errors.Is(err, market.ErrDuplicate):
 			status = "filled"
 		default:
-			return OrderView{}, badRequest("%v", err)
+			return api.OrderView{}, api.BadRequest("%v", err)
 		}
 	}
 	n.ownMu.Lock()
@@ -745,7 +666,7 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 func (n *Node) freeGPUs(mkt string) ([]string, error) {
 	offer := n.Published()
 	if offer == nil {
-		return nil, fmt.Errorf("%w: no published offer", ErrNoGPUs)
+		return nil, fmt.Errorf("%w: no published offer", api.ErrNoGPUs)
 	}
 	busy, err := n.store.reservedGPUs(n.now())
 	if err != nil {
@@ -766,7 +687,7 @@ func (n *Node) ownFilled(f market.Fill, l *proto.Lease) {
 	defer n.ownMu.Unlock()
 	for _, id := range []string{f.BidID, f.AskID} {
 		oo := n.own[id]
-		if oo == nil || slices.ContainsFunc(oo.fills, func(t TradeView) bool { return t.ID == f.ID }) {
+		if oo == nil || slices.ContainsFunc(oo.fills, func(t api.TradeView) bool { return t.ID == f.ID }) {
 			continue
 		}
 		oo.fills = append(oo.fills, tradeView(f, l))
@@ -797,22 +718,21 @@ func (n *Node) ownEnvelope(id string) []byte {
 	return nil
 }
 
-// ErrUnknownOrder is returned for an order ID this node did not place.
-var ErrUnknownOrder = errors.New("node: no such order of this node")
-
 // Order returns one of this node's orders.
-func (n *Node) Order(_ context.Context, id string) (OrderView, error) {
+func (n *Node) Order(_ context.Context, id string) (_ api.OrderView, err error) {
+	defer classified(&err)
 	n.ownMu.Lock()
 	oo := n.own[id]
 	n.ownMu.Unlock()
 	if oo == nil {
-		return OrderView{}, fmt.Errorf("%w: %s", ErrUnknownOrder, id)
+		return api.OrderView{}, fmt.Errorf("%w: %s", api.ErrUnknownOrder, id)
 	}
 	return n.orderView(oo), nil
 }
 
 // Orders lists this node's orders, newest first.
-func (n *Node) Orders(context.Context) ([]OrderView, error) {
+func (n *Node) Orders(context.Context) (_ []api.OrderView, err error) {
+	defer classified(&err)
 	n.ownMu.Lock()
 	list := make([]*ownOrder, 0, len(n.own))
 	for _, oo := range n.own {
@@ -820,14 +740,14 @@ func (n *Node) Orders(context.Context) ([]OrderView, error) {
 	}
 	n.ownMu.Unlock()
 	sort.Slice(list, func(i, j int) bool { return list[i].order.Created.After(list[j].order.Created) })
-	out := make([]OrderView, 0, len(list))
+	out := make([]api.OrderView, 0, len(list))
 	for _, oo := range list {
 		out = append(out, n.orderView(oo))
 	}
 	return out, nil
 }
 
-func (n *Node) orderView(oo *ownOrder) OrderView {
+func (n *Node) orderView(oo *ownOrder) api.OrderView {
 	n.books.mu.Lock()
 	remaining := uint32(0)
 	s, err := n.books.state(oo.order.Market, oo.order.Currency)
@@ -844,52 +764,44 @@ func (n *Node) orderView(oo *ownOrder) OrderView {
 		status = "expired"
 	}
 	o := oo.order
-	v := OrderView{
+	v := api.OrderView{
 		ID: o.ID, Side: o.Side.String(), Market: o.Market, Count: o.Quantity, Remaining: remaining,
 		Price: market.FormatMicros(o.Price, o.Currency), Currency: o.Currency, LeaseType: o.LeaseType.String(),
-		Status: status, Expires: o.Expires.UTC(), Fills: append([]TradeView{}, oo.fills...), Error: oo.err,
+		Status: status, Expires: o.Expires.UTC(), Fills: append([]api.TradeView{}, oo.fills...), Error: oo.err,
 		Standing: oo.stand,
 	}
-	if status == "resting" || status == "done" && remaining == 0 && v.filled() < o.Quantity {
-		v.PassedOver = n.passedOver(o, v.Count-v.filled())
+	if status == "resting" || status == "done" && remaining == 0 && v.Filled() < o.Quantity {
+		v.PassedOver = n.passedOver(o, v.Count-v.Filled())
 	}
 	return v
 }
 
-// filled is how many GPUs of the order have traded.
-func (v OrderView) filled() uint32 {
-	var sum uint32
-	for _, f := range v.Fills {
-		sum += f.Count
-	}
-	return sum
-}
-
 // CancelOrder withdraws one of this node's resting orders and gossips the
 // signed cancel.
-func (n *Node) CancelOrder(ctx context.Context, id string) (OrderView, error) {
+func (n *Node) CancelOrder(ctx context.Context, id string) (_ api.OrderView, err error) {
+	defer classified(&err)
 	n.ownMu.Lock()
 	oo := n.own[id]
 	n.ownMu.Unlock()
 	if oo == nil {
-		return OrderView{}, fmt.Errorf("%w: %s", ErrUnknownOrder, id)
+		return api.OrderView{}, fmt.Errorf("%w: %s", api.ErrUnknownOrder, id)
 	}
 	me := n.host.ID().String()
 	n.books.mu.Lock()
 	s, _ := n.books.state(oo.order.Market, oo.order.Currency)
-	err := s.book.Cancel(id, me)
+	err = s.book.Cancel(id, me)
 	if err == nil {
 		delete(s.envs, id)
 	}
 	n.books.mu.Unlock()
 	if err != nil {
-		return OrderView{}, badRequest("cannot cancel %s: %v", id, err)
+		return api.OrderView{}, api.BadRequest("cannot cancel %s: %v", id, err)
 	}
 	n.ownCancelled(id)
 	c := &proto.Cancel{Maker: []byte(n.host.ID()), OrderId: id, Market: oo.order.Market, CreatedUnixMs: n.now().UnixMilli()}
 	env, err := p2p.Seal(n.key, c, proto.MaxBookMessageSize)
 	if err != nil {
-		return OrderView{}, err
+		return api.OrderView{}, err
 	}
 	ev := &p2p.BookEvent{Kind: p2p.KindCancel, Cancel: c}
 	if err := n.publishBook(ctx, oo.order.Market, &proto.BookMessage{Body: &proto.BookMessage_Cancel{Cancel: env}}, ev); err != nil {

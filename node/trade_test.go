@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 )
 
 const h100 = "nvidia-h100-sxm5-80gb"
@@ -38,7 +39,7 @@ func TestTrade(t *testing.T) {
 	if _, err := watcher.Book(ctx, h100, "USD"); err != nil {
 		t.Fatal(err)
 	}
-	ask, err := provider.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: 4, Price: "2.40"})
+	ask, err := provider.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: h100, Count: 4, Price: "2.40"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +50,7 @@ func TestTrade(t *testing.T) {
 		b, err := buyer.Book(ctx, h100, "USD")
 		return err == nil && len(b.Asks) == 1 && b.Asks[0].Count == 4, sprint(b, err)
 	})
-	bid, err := buyer.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.50", Duration: "1h"})
+	bid, err := buyer.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.50", Duration: "1h"})
 	if err != nil {
 		t.Fatal(err)
 	}

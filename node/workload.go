@@ -20,6 +20,7 @@ import (
 
 	"github.com/suanli/suanli/gpu"
 	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/executor"
 	"github.com/suanli/suanli/p2p"
 )
@@ -291,7 +292,7 @@ func (n *Node) handleExec(ctx context.Context, from peer.ID, body []byte, out *p
 	var run Execution
 	ex, ok := n.leases.executors[name]
 	if !ok {
-		err = fmt.Errorf("%w: %w: %s", executor.ErrRefused, ErrExecutor, name)
+		err = fmt.Errorf("%w: %w: %s", executor.ErrRefused, api.ErrExecutor, name)
 	} else {
 		w := n.workloadOf(r, spec)
 		w.Stdout, w.Stderr = lenient{out.Kind(p2p.FrameStdout)}, lenient{out.Kind(p2p.FrameStderr)}

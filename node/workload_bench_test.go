@@ -8,7 +8,7 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/executor/dockertest"
 )
 
@@ -49,7 +49,7 @@ func BenchmarkDockerLeaseStart(b *testing.B) {
 		var toRun, toReceipt time.Duration
 		for i := 0; i < b.N; i++ {
 			b.StopTimer()
-			if _, err := provider.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: 2, Price: "2.40", MinDuration: "1s"}); err != nil {
+			if _, err := provider.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: h100, Count: 2, Price: "2.40", MinDuration: "1s"}); err != nil {
 				b.Fatal(err)
 			}
 			for {
@@ -60,7 +60,7 @@ func BenchmarkDockerLeaseStart(b *testing.B) {
 				time.Sleep(5 * time.Millisecond)
 			}
 			b.StartTimer()
-			bid, err := buyer.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.50", Duration: "1m", IOC: true,
+			bid, err := buyer.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.50", Duration: "1m", IOC: true,
 				Image: image, Ports: []uint16{8080}})
 			if err != nil || len(bid.Fills) != 1 {
 				b.Fatalf("bid = %+v, %v", bid, err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/executor"
 	"github.com/suanli/suanli/node/executor/dockertest"
 )
@@ -38,9 +39,9 @@ func startDockerNet(t testing.TB) (provider, buyer *node.Node, image string, eng
 
 // tradeWorkload makes provider and buyer trade 2 GPUs for d, the bid
 // asking for the workload of req, and returns the lease.
-func tradeWorkload(t *testing.T, ctx context.Context, provider, buyer *node.Node, d string, req node.OrderRequest) string {
+func tradeWorkload(t *testing.T, ctx context.Context, provider, buyer *node.Node, d string, req api.OrderRequest) string {
 	t.Helper()
-	if _, err := provider.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: 2, Price: "2.40", MinDuration: "1s"}); err != nil {
+	if _, err := provider.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: h100, Count: 2, Price: "2.40", MinDuration: "1s"}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "the buyer to see the ask", func() (bool, string) {
@@ -62,9 +63,9 @@ func TestLeaseDockerWorkload(t *testing.T) {
 	provider, buyer, image, leftovers := startDockerNet(t)
 	ctx := marketCtx(t)
 	key := "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBuyerKey buyer@laptop"
-	id := tradeWorkload(t, ctx, provider, buyer, "6s", node.OrderRequest{Image: image, Ports: []uint16{8080}, SSHKey: key})
+	id := tradeWorkload(t, ctx, provider, buyer, "6s", api.OrderRequest{Image: image, Ports: []uint16{8080}, SSHKey: key})
 
-	var bv node.LeaseView
+	var bv api.LeaseView
 	waitFor(t, ctx, "the buyer to see its container's endpoint", func() (bool, string) {
 		var err error
 		bv, err = buyer.Lease(ctx, id)
@@ -139,7 +140,7 @@ func TestLeaseDockerWorkloadEnds(t *testing.T) {
 	provider, buyer, image, leftovers := startDockerNet(t)
 	ctx := marketCtx(t)
 	t.Run("exits at once", func(t *testing.T) {
-		id := tradeWorkload(t, ctx, provider, buyer, "30s", node.OrderRequest{Image: image, Exec: []string{"/app", "exit", "3"}})
+		id := tradeWorkload(t, ctx, provider, buyer, "30s", api.OrderRequest{Image: image, Exec: []string{"/app", "exit", "3"}})
 		pv := waitLeaseClosed(t, ctx, provider, id)
 		bv := waitLeaseClosed(t, ctx, buyer, id)
 		if pv.Reason != "exited" || bv.Reason != "exited" {
@@ -160,7 +161,7 @@ func TestLeaseDockerWorkloadEnds(t *testing.T) {
 		}
 	})
 	t.Run("image not allowed", func(t *testing.T) {
-		id := tradeWorkload(t, ctx, provider, buyer, "30s", node.OrderRequest{Image: "busybox:latest"})
+		id := tradeWorkload(t, ctx, provider, buyer, "30s", api.OrderRequest{Image: "busybox:latest"})
 		pv := waitLeaseClosed(t, ctx, provider, id)
 		bv := waitLeaseClosed(t, ctx, buyer, id)
 		if pv.Reason != "failed" || bv.Reason != "failed" || !strings.Contains(pv.Note, "not allowed") || !strings.Contains(bv.Note, "not allowed") {
@@ -175,7 +176,7 @@ func TestLeaseDockerWorkloadEnds(t *testing.T) {
 func TestLeaseExecutorNotAllowed(t *testing.T) {
 	provider, buyer := startLeaseNet(t) // reserve only
 	ctx := marketCtx(t)
-	id := tradeWorkload(t, ctx, provider, buyer, "30s", node.OrderRequest{Image: "suanli-test/echo"})
+	id := tradeWorkload(t, ctx, provider, buyer, "30s", api.OrderRequest{Image: "suanli-test/echo"})
 	pv := waitLeaseClosed(t, ctx, provider, id)
 	bv := waitLeaseClosed(t, ctx, buyer, id)
 	if pv.Reason != "failed" || bv.Reason != "failed" || !strings.Contains(bv.Note, "executor not allowed") {
@@ -189,7 +190,7 @@ func TestLeaseExecutorNotAllowed(t *testing.T) {
 func TestBidWorkloadRefused(t *testing.T) {
 	_, buyer := startLeaseNet(t)
 	ctx := marketCtx(t)
-	for _, req := range []node.OrderRequest{
+	for _, req := range []api.OrderRequest{
 		{Side: "bid", Market: h100, Count: 1, Price: "2", Duration: "1m", Image: "Not A//Ref::"},
 		{Side: "bid", Market: h100, Count: 1, Price: "2", Duration: "1m", Image: "x/y", Ports: []uint16{80, 80}},
 		{Side: "bid", Market: h100, Count: 1, Price: "2", Duration: "1m", Ports: []uint16{80}},
@@ -212,8 +213,8 @@ func TestLeaseDockerProviderRestart(t *testing.T) {
 		node.WithDocker(node.DockerConfig{Images: pol, EnvOnlyGPUs: true, PortMin: 22000, PortMax: 22999})}
 	provider, buyer := startLeaseNet(t, dockerOpts...)
 	ctx := marketCtx(t)
-	id := tradeWorkload(t, ctx, provider, buyer, "12s", node.OrderRequest{Image: image, Ports: []uint16{8080}})
-	var before node.LeaseView
+	id := tradeWorkload(t, ctx, provider, buyer, "12s", api.OrderRequest{Image: image, Ports: []uint16{8080}})
+	var before api.LeaseView
 	waitFor(t, ctx, "the container running", func() (bool, string) {
 		var err error
 		before, err = buyer.Lease(ctx, id)

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
-
-	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/client"
 )
 
 // verifyConcurrency bounds the providers `offers --verify` challenges at
@@ -36,13 +36,13 @@ func cmdAttest(e *env, args []string) error {
 	if *timeout <= 0 {
 		return fmt.Errorf("%w: --timeout must be positive", errUsage)
 	}
-	c, err := node.OpenClient(e.repo)
+	c, err := client.Open(e.repo)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	rep, err := c.Attest(ctx, p)
+	rep, err := c.Attest(ctx, p.String())
 	if err != nil {
 		return err
 	}
@@ -54,7 +54,7 @@ func cmdAttest(e *env, args []string) error {
 }
 
 // printAttest writes each GPU's checks, then the verdict.
-func printAttest(w io.Writer, rep node.AttestReport) {
+func printAttest(w io.Writer, rep api.AttestReport) {
 	fmt.Fprintf(w, "provider %s\nnonce    %s\ntime     %s\n", rep.Provider, rep.Nonce, rep.Time.Format(time.RFC3339))
 	for _, g := range rep.GPUs {
 		state := "NOT VERIFIED"
@@ -75,14 +75,14 @@ func printAttest(w io.Writer, rep node.AttestReport) {
 
 // verifiedOffer is an offer with the verdict of a challenge of its provider.
 type verifiedOffer struct {
-	node.OfferView
+	api.OfferView
 	Verified bool   `json:"verified"`
 	Verdict  string `json:"verdict"`
 }
 
 // printVerified challenges every listed provider, at most verifyConcurrency
 // at once and each within timeout, and prints the offers with the verdicts.
-func printVerified(e *env, c *node.Client, offers []node.OfferView, timeout time.Duration) error {
+func printVerified(e *env, c *client.Client, offers []api.OfferView, timeout time.Duration) error {
 	out := make([]verifiedOffer, len(offers))
 	sem := make(chan struct{}, verifyConcurrency)
 	var wg sync.WaitGroup
@@ -118,16 +118,16 @@ func printVerified(e *env, c *node.Client, offers []node.OfferView, timeout time
 }
 
 // verifyProvider challenges one provider and says whether it verified, and why.
-func verifyProvider(c *node.Client, provider string, timeout time.Duration) (bool, string) {
+func verifyProvider(c *client.Client, provider string, timeout time.Duration) (bool, string) {
 	p, err := peer.Decode(provider)
 	if err != nil {
 		return false, "bad provider ID: " + err.Error()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	rep, err := c.Attest(ctx, p)
+	rep, err := c.Attest(ctx, p.String())
 	switch {
-	case errors.Is(err, node.ErrAttestFailed):
+	case errors.Is(err, api.ErrAttestFailed):
 		reason := err.Error()
 		if _, r, ok := strings.Cut(reason, provider+": "); ok {
 			reason = r

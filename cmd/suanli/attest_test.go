@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 )
 
 // A peer ID that parses; no daemon ever runs it.
@@ -84,7 +84,7 @@ func TestDaemonAttest(t *testing.T) {
 	}
 
 	stdout, _ = wantExit(t, []string{"--repo", repoB, "--json", "attest", idH.String()}, 0)
-	var rep node.AttestReport
+	var rep api.AttestReport
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatalf("attest --json: %v\n%s", err, stdout)
 	}
@@ -104,7 +104,7 @@ func TestDaemonAttest(t *testing.T) {
 
 	// offers --verify: every provider challenged, a verdict each.
 	var verified []struct {
-		node.OfferView
+		api.OfferView
 		Verified *bool  `json:"verified"`
 		Verdict  string `json:"verdict"`
 	}

@@ -17,6 +17,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/client"
 	"github.com/suanli/suanli/node/keystore"
 )
 
@@ -344,15 +346,15 @@ func cmdID(e *env, args []string) error {
 	if err := parse(e, fs, args, 0); err != nil {
 		return err
 	}
-	var info node.IDInfo
-	c, err := node.OpenClient(e.repo)
+	var info api.IDInfo
+	c, err := client.Open(e.repo)
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if info, err = c.ID(ctx); err != nil {
 			return err
 		}
-	} else if errors.Is(err, node.ErrNoDaemon) {
+	} else if errors.Is(err, client.ErrNoDaemon) {
 		// No daemon: the ID from the key, with no addresses.
 		pass, err := passphrase(*passFile)
 		if err != nil {
@@ -366,7 +368,7 @@ func cmdID(e *env, args []string) error {
 			return err
 		}
 		id, _ := peer.IDFromPrivateKey(key)
-		info = node.IDInfo{ID: id.String(), Addrs: []string{}}
+		info = api.IDInfo{ID: id.String(), Addrs: []string{}}
 	} else {
 		return err
 	}
@@ -385,7 +387,7 @@ func cmdPeers(e *env, args []string) error {
 	if err := parse(e, fs, args, 0); err != nil {
 		return err
 	}
-	c, err := node.OpenClient(e.repo)
+	c, err := client.Open(e.repo)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/suanli/suanli/gpu"
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 )
 
 // runCLI runs the CLI in-process and returns its exit code and output.
@@ -420,7 +421,7 @@ func TestGPUsWithoutNVML(t *testing.T) {
 func TestGPUsSim(t *testing.T) {
 	t.Parallel()
 	stdout, _ := wantExit(t, []string{"gpus", "--gpu-sim", "dgxh100", "--json"}, 0)
-	var r node.GPUReport
+	var r api.GPUReport
 	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
 		t.Fatalf("gpus --json: %v\n%s", err, stdout)
 	}

@@ -17,6 +17,8 @@ import (
 	"github.com/suanli/suanli/gpu"
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/client"
 	"github.com/suanli/suanli/node/devnet"
 )
 
@@ -71,7 +73,7 @@ func gib(b uint64) string { return fmt.Sprintf("%d GiB", (b+(1<<29))>>30) }
 
 func cmdOffers(e *env, args []string) error {
 	fs := flag.NewFlagSet("offers", flag.ContinueOnError)
-	var q node.OfferQuery
+	var q api.OfferQuery
 	fs.StringVar(&q.GPU, "gpu", "", "market key or model substring, e.g. h100")
 	fs.IntVar(&q.MinGPUs, "min-gpus", 0, "at least `N` matching GPUs")
 	fs.IntVar(&q.MinFreeGPUs, "min-free", 0, "at least `N` matching GPUs free (not leased) now")
@@ -102,7 +104,7 @@ func cmdOffers(e *env, args []string) error {
 	if err := market.SortOffers(nil, q.Sort); err != nil {
 		return fmt.Errorf("%w: --sort: %v", errUsage, err)
 	}
-	c, err := node.OpenClient(e.repo)
+	c, err := client.Open(e.repo)
 	if err != nil {
 		return err
 	}
@@ -126,7 +128,7 @@ func cmdOffers(e *env, args []string) error {
 	return nil
 }
 
-func printOffers(e *env, offers []node.OfferView) {
+func printOffers(e *env, offers []api.OfferView) {
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROVIDER\tREGION\tGPUS\tFREE\tMEMORY/GPU\tVCPU+RAM/GPU\tPRICE/GPU-H\tATTESTATION")
 	for _, o := range offers {
@@ -143,7 +145,7 @@ func short(id string) string {
 	return id
 }
 
-func gpuSummary(gs []node.GPUSummary) string {
+func gpuSummary(gs []api.GPUSummary) string {
 	count := map[string]int{}
 	for _, g := range gs {
 		count[g.Market]++
@@ -158,7 +160,7 @@ func gpuSummary(gs []node.GPUSummary) string {
 
 // priceSummary is the on-demand price now, and the next one with its time
 // when the provider prices by time of day.
-func priceSummary(o node.OfferView) string {
+func priceSummary(o api.OfferView) string {
 	if o.PriceNow == "" {
 		return o.Price
 	}
@@ -168,14 +170,14 @@ func priceSummary(o node.OfferView) string {
 	return o.PriceNow
 }
 
-func perGPUSummary(p node.PerGPUView) string {
+func perGPUSummary(p api.PerGPUView) string {
 	if p.MilliCPUs == 0 && p.RAMBytes == 0 {
 		return "-"
 	}
 	return fmt.Sprintf("%s vCPU + %s", strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%d.%03d", p.MilliCPUs/1000, p.MilliCPUs%1000), "0"), "."), gib(p.RAMBytes))
 }
 
-func memSummary(gs []node.GPUSummary) string {
+func memSummary(gs []api.GPUSummary) string {
 	if len(gs) == 0 {
 		return "-"
 	}
@@ -228,17 +230,17 @@ func cmdDevnet(e *env, args []string) error {
 	fmt.Fprintf(e.stdout, "all %d offers published to the DHT (%.1fs)\n", *providers, time.Since(start).Seconds())
 	searches := []struct {
 		label string
-		q     node.OfferQuery
+		q     api.OfferQuery
 	}{
-		{"every offer", node.OfferQuery{}},
-		{"H100, 8 GPUs, under 2.60 USD", node.OfferQuery{GPU: "h100", MinGPUs: 8, MaxPrice: "2.60"}},
-		{"at least 140 GiB per GPU", node.OfferQuery{MinVRAMGiB: 140, Sort: "vram"}},
-		{"cheap west compute (CN-NM)", node.OfferQuery{Region: "CN-NM"}},
-		{"confidential-computing evidence", node.OfferQuery{CCAttested: true}},
+		{"every offer", api.OfferQuery{}},
+		{"H100, 8 GPUs, under 2.60 USD", api.OfferQuery{GPU: "h100", MinGPUs: 8, MaxPrice: "2.60"}},
+		{"at least 140 GiB per GPU", api.OfferQuery{MinVRAMGiB: 140, Sort: "vram"}},
+		{"cheap west compute (CN-NM)", api.OfferQuery{Region: "CN-NM"}},
+		{"confidential-computing evidence", api.OfferQuery{CCAttested: true}},
 	}
 	for i, b := range net.Buyers {
 		s := searches[i%len(searches)]
-		if _, err := devnet.WaitFound(ctx, b, node.OfferQuery{}, *providers); err != nil {
+		if _, err := devnet.WaitFound(ctx, b, api.OfferQuery{}, *providers); err != nil {
 			return fmt.Errorf("buyer %d: %w", i, err)
 		}
 		offers, err := b.Offers(ctx, s.q)
@@ -324,9 +326,9 @@ func cmdDevnet(e *env, args []string) error {
 
 // freeSummary is how many of the matching GPUs are free now, and when the
 // next leased ones free up: "6 (2 at 12-03 15:04Z)".
-func freeSummary(o node.OfferView) string {
+func freeSummary(o api.OfferView) string {
 	s := fmt.Sprint(o.FreeGPUs)
-	var next *node.ReleaseView
+	var next *api.ReleaseView
 	for _, c := range o.Capacity {
 		for i := range c.Releases {
 			if r := &c.Releases[i]; next == nil || r.At.Before(next.At) {

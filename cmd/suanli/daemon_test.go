@@ -23,8 +23,8 @@ import (
 	"time"
 
 	ma "github.com/multiformats/go-multiaddr"
-
-	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/client"
 )
 
 // deadline bounds every wait on a daemon: start-up, discovery, shutdown.
@@ -184,9 +184,9 @@ func (d *daemon) wait(t *testing.T) int {
 }
 
 // apiEndpoint reads the daemon's API address and token from the repo.
-func (d *daemon) apiEndpoint(t *testing.T) node.APIEndpoint {
+func (d *daemon) apiEndpoint(t *testing.T) client.Endpoint {
 	t.Helper()
-	ep, err := node.ReadAPIEndpoint(d.repo)
+	ep, err := client.ReadEndpoint(d.repo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,14 +245,14 @@ func TestDaemonDiscovery(t *testing.T) {
 	idB := keyID(t, repoB, nil)
 
 	// The offer, as B finds it.
-	var offer node.OfferView
+	var offer api.OfferView
 	var rawOffer map[string]any
 	poll(t, "B finds A's offer", func() (bool, string) {
 		code, stdout, stderr := runCLI(t, "--repo", repoB, "offers", "--gpu", "h100", "--json", "--timeout", "10s")
 		if code != 0 {
 			return false, stderr
 		}
-		var views []node.OfferView
+		var views []api.OfferView
 		var raws []map[string]any
 		if err := json.Unmarshal([]byte(stdout), &views); err != nil {
 			t.Fatalf("offers --json: %v\n%s", err, stdout)
@@ -293,7 +293,7 @@ func TestDaemonDiscovery(t *testing.T) {
 
 	// The offer carries what `suanli gpus` reports for the same machine.
 	stdout, _ = wantExit(t, []string{"gpus", "--gpu-sim", "dgxh100", "--json"}, 0)
-	var report node.GPUReport
+	var report api.GPUReport
 	if err := json.Unmarshal([]byte(stdout), &report); err != nil {
 		t.Fatal(err)
 	}
@@ -354,11 +354,11 @@ func TestDaemonDiscovery(t *testing.T) {
 		} {
 			args := append([]string{"--repo", repoB, "--json", "offers"}, tc.args...)
 			stdout, _ := wantExit(t, args, 0)
-			var views []node.OfferView
+			var views []api.OfferView
 			if err := json.Unmarshal([]byte(stdout), &views); err != nil {
 				t.Fatalf("suanli %q: %v\n%s", args, err, stdout)
 			}
-			found := slices.ContainsFunc(views, func(v node.OfferView) bool { return v.Provider == idA.String() })
+			found := slices.ContainsFunc(views, func(v api.OfferView) bool { return v.Provider == idA.String() })
 			if found != tc.want {
 				t.Errorf("suanli offers %q lists A's offer: %v, want %v", tc.args, found, tc.want)
 			}
@@ -377,14 +377,14 @@ func TestDaemonDiscovery(t *testing.T) {
 	})
 
 	t.Run("peers", func(t *testing.T) {
-		var peers []node.PeerView
+		var peers []api.PeerView
 		poll(t, "B lists A as a peer", func() (bool, string) {
 			stdout, _ := wantExit(t, []string{"--repo", repoB, "peers", "--json"}, 0)
 			peers = nil
 			if err := json.Unmarshal([]byte(stdout), &peers); err != nil {
 				t.Fatalf("peers --json: %v\n%s", err, stdout)
 			}
-			return slices.ContainsFunc(peers, func(p node.PeerView) bool { return p.ID == idA.String() }), stdout
+			return slices.ContainsFunc(peers, func(p api.PeerView) bool { return p.ID == idA.String() }), stdout
 		})
 		for _, p := range peers {
 			if p.ID == idA.String() && !slices.ContainsFunc(p.Addrs, func(s string) bool { return strings.HasPrefix(tcpA, s+"/p2p/") }) {

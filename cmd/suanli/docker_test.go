@@ -13,7 +13,7 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/executor"
 	"github.com/suanli/suanli/node/executor/dockertest"
 )
@@ -45,12 +45,12 @@ func (k *dockerNet) assertNothingLeft(t *testing.T) {
 
 // endpoint waits for the buyer's view of the lease to show a running
 // container and returns its published port's URL.
-func (k *dockerNet) endpoint(t *testing.T) (string, node.LeaseView) {
+func (k *dockerNet) endpoint(t *testing.T) (string, api.LeaseView) {
 	t.Helper()
-	var l node.LeaseView
+	var l api.LeaseView
 	poll(t, "the container's endpoint on the buyer", func() (bool, string) {
 		code, out, errOut := runCLI(t, "--repo", k.repoB, "lease", "show", k.lease, "--json")
-		l = node.LeaseView{}
+		l = api.LeaseView{}
 		return code == 0 && json.Unmarshal([]byte(out), &l) == nil && len(l.Endpoints) == 1 && l.ContainerState == "running", out + errOut
 	})
 	return fmt.Sprintf("http://%s:%d", l.Endpoints[0].Host, l.Endpoints[0].HostPort), l
@@ -146,7 +146,7 @@ func TestKillProviderDocker(t *testing.T) {
 	k.dP = startDaemon(t, k.repoP, k.argsP...)
 	poll(t, "the restarted provider to adopt the container", func() (bool, string) {
 		code, out, errOut := runCLI(t, "--repo", k.repoP, "lease", "show", k.lease, "--json")
-		var l node.LeaseView
+		var l api.LeaseView
 		return code == 0 && json.Unmarshal([]byte(out), &l) == nil && l.State == "running" && l.ContainerState == "running" &&
 			len(l.Endpoints) == 1 && l.Endpoints[0] == before.Endpoints[0], out + errOut
 	})

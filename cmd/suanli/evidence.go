@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/client"
 )
 
 // cmdEvidence lists the signed misbehaviour this node keeps, exports one
@@ -38,7 +39,7 @@ func cmdEvidence(e *env, args []string) error {
 		return nil
 	}
 	if len(args) > 0 && args[0] == "export" {
-		return cmdExport(e, "evidence export", args[1:], (*node.Client).ExportEvidence)
+		return cmdExport(e, "evidence export", args[1:], (*client.Client).ExportEvidence)
 	}
 	fs := flag.NewFlagSet("evidence", flag.ContinueOnError)
 	who := fs.String("peer", "", "only evidence signed by this `peer`")

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 )
 
 // Fault tests with real daemon processes: a daemon killed with SIGKILL in
@@ -96,19 +96,19 @@ func startPairVia(t *testing.T, relay string, extra ...string) *killNet {
 	})
 	poll(t, "the buyer to see the ask", func() (bool, string) {
 		code, out, errOut := runCLI(t, "--repo", k.repoB, "book", h100Market, "--json")
-		var b node.BookView
+		var b api.BookView
 		return code == 0 && json.Unmarshal([]byte(out), &b) == nil && len(b.Asks) > 0, out + errOut
 	})
 	return k
 }
 
 // leaseOn returns the single lease on repo's daemon.
-func (k *killNet) leaseOn(t *testing.T, repo string) node.LeaseView {
+func (k *killNet) leaseOn(t *testing.T, repo string) api.LeaseView {
 	t.Helper()
-	var l node.LeaseView
+	var l api.LeaseView
 	poll(t, "one lease on "+repo, func() (bool, string) {
 		code, out, errOut := runCLI(t, "--repo", repo, "leases", "--json")
-		var ls []node.LeaseView
+		var ls []api.LeaseView
 		if code != 0 || json.Unmarshal([]byte(out), &ls) != nil || len(ls) != 1 {
 			return false, out + errOut
 		}
@@ -123,7 +123,7 @@ func (k *killNet) waitCountersigned(t *testing.T, repo string, n uint64) {
 	t.Helper()
 	poll(t, fmt.Sprintf("%d countersigned receipts on %s", n, repo), func() (bool, string) {
 		code, out, errOut := runCLI(t, "--repo", repo, "lease", "show", k.lease, "--json")
-		var l node.LeaseView
+		var l api.LeaseView
 		if code != 0 || json.Unmarshal([]byte(out), &l) != nil {
 			return false, out + errOut
 		}
@@ -145,9 +145,9 @@ func kill9(t *testing.T, d *daemon) {
 }
 
 // waitClosed waits for the lease to close on repo and returns its view.
-func (k *killNet) waitClosed(t *testing.T, repo string) node.LeaseView {
+func (k *killNet) waitClosed(t *testing.T, repo string) api.LeaseView {
 	t.Helper()
-	var l node.LeaseView
+	var l api.LeaseView
 	poll(t, "the lease to close on "+repo, func() (bool, string) {
 		code, out, errOut := runCLI(t, "--repo", repo, "lease", "show", k.lease, "--json")
 		if code != 0 || json.Unmarshal([]byte(out), &l) != nil {
@@ -158,10 +158,10 @@ func (k *killNet) waitClosed(t *testing.T, repo string) node.LeaseView {
 	return l
 }
 
-func receiptsOn(t *testing.T, repo, lease string) ([]node.ReceiptView, string) {
+func receiptsOn(t *testing.T, repo, lease string) ([]api.ReceiptView, string) {
 	t.Helper()
 	code, out, errOut := runCLI(t, "--repo", repo, "receipts", lease, "--json")
-	var rs []node.ReceiptView
+	var rs []api.ReceiptView
 	if code != 0 || json.Unmarshal([]byte(out), &rs) != nil {
 		return nil, out + errOut
 	}
@@ -171,9 +171,9 @@ func receiptsOn(t *testing.T, repo, lease string) ([]node.ReceiptView, string) {
 // chainsAgree checks both sides' chains: seqs 1..n contiguous, every
 // receipt countersigned and valid on both sides, the same hashes and
 // amounts; and `receipts verify` passes on both. It returns the chain.
-func (k *killNet) chainsAgree(t *testing.T) []node.ReceiptView {
+func (k *killNet) chainsAgree(t *testing.T) []api.ReceiptView {
 	t.Helper()
-	var chain []node.ReceiptView
+	var chain []api.ReceiptView
 	poll(t, "both chains to agree, all countersigned", func() (bool, string) {
 		rp, outP := receiptsOn(t, k.repoP, k.lease)
 		rb, outB := receiptsOn(t, k.repoB, k.lease)
@@ -187,7 +187,7 @@ func (k *killNet) chainsAgree(t *testing.T) []node.ReceiptView {
 				p.CumulativeMicros != b.CumulativeMicros || p.GPUMillis != b.GPUMillis {
 				return false, msg
 			}
-			for _, r := range []node.ReceiptView{p, b} {
+			for _, r := range []api.ReceiptView{p, b} {
 				if r.ProviderSignature != "valid" || r.BuyerSignature != "valid" {
 					return false, msg
 				}
@@ -214,7 +214,7 @@ func (k *killNet) chainsAgree(t *testing.T) []node.ReceiptView {
 func (k *killNet) settled(t *testing.T, repo string) int64 {
 	t.Helper()
 	code, out, errOut := runCLI(t, "--repo", repo, "settle", "--json")
-	var st []node.SettlementView
+	var st []api.SettlementView
 	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st) != 1 || len(st[0].Leases) != 1 {
 		t.Fatalf("settle --json on %s = %d %s %s", repo, code, out, errOut)
 	}
@@ -298,7 +298,7 @@ func TestKillBuyerGone(t *testing.T) {
 	k.waitCountersigned(t, k.repoP, 3)
 	kill9(t, k.dB)
 	killed := time.Now()
-	var l node.LeaseView
+	var l api.LeaseView
 	poll(t, "the provider to close the lease", func() (bool, string) {
 		code, out, errOut := runCLI(t, "--repo", k.repoP, "lease", "show", k.lease, "--json")
 		if code != 0 || json.Unmarshal([]byte(out), &l) != nil {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/client"
 )
 
 // Lease and settlement commands: leases, lease show|close, logs, receipts,
@@ -18,7 +20,7 @@ import (
 
 // cmdExport writes what export returns for the one argument (a lease,
 // a piece of evidence) to stdout, for a third party to verify offline.
-func cmdExport(e *env, name string, args []string, export func(*node.Client, context.Context, string) ([]byte, error)) error {
+func cmdExport(e *env, name string, args []string, export func(*client.Client, context.Context, string) ([]byte, error)) error {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	if err := parse(e, fs, args, 1); err != nil {
 		return err
@@ -36,8 +38,8 @@ func cmdExport(e *env, name string, args []string, export func(*node.Client, con
 	return err
 }
 
-func leaseClient(e *env) (*node.Client, context.Context, context.CancelFunc, error) {
-	c, err := node.OpenClient(e.repo)
+func leaseClient(e *env) (*client.Client, context.Context, context.CancelFunc, error) {
+	c, err := client.Open(e.repo)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -97,7 +99,7 @@ func cmdLease(e *env, args []string) error {
 		return err
 	}
 	defer cancel()
-	var l node.LeaseView
+	var l api.LeaseView
 	if sub == "show" {
 		l, err = c.Lease(ctx, e.args[0])
 	} else {
@@ -113,7 +115,7 @@ func cmdLease(e *env, args []string) error {
 	return nil
 }
 
-func printLease(e *env, l node.LeaseView) {
+func printLease(e *env, l api.LeaseView) {
 	fmt.Fprintf(e.stdout, "lease %s (%s)\n  provider %s\n  buyer    %s\n", l.ID, l.Role, l.Provider, l.Buyer)
 	fmt.Fprintf(e.stdout, "  %d GPUs of %s at %s %s/GPU-h (%s), billed every %s\n", len(l.GPUs), l.Market, l.Price, l.Currency, l.LeaseType, l.Interval)
 	fmt.Fprintf(e.stdout, "  %s → %s\n  state %s %s\n", l.Start.Format(time.RFC3339), l.End.Format(time.RFC3339), l.State, l.Reason)
@@ -133,7 +135,7 @@ func cmdLogs(e *env, args []string) error {
 	if err := parse(e, fs, args, 1); err != nil {
 		return err
 	}
-	c, err := node.OpenClient(e.repo)
+	c, err := client.Open(e.repo)
 	if err != nil {
 		return err
 	}
@@ -177,7 +179,7 @@ func cmdReceipts(e *env, args []string) error {
 		return cmdReceiptsVerify(e, args[1:])
 	}
 	if len(args) > 0 && args[0] == "export" {
-		return cmdExport(e, "receipts export", args[1:], (*node.Client).ExportReceipts)
+		return cmdExport(e, "receipts export", args[1:], (*client.Client).ExportReceipts)
 	}
 	fs := flag.NewFlagSet("receipts", flag.ContinueOnError)
 	if err := parse(e, fs, args, 1); err != nil {
@@ -217,7 +219,7 @@ func cmdReceiptsVerify(e *env, args []string) error {
 	if err := parse(e, fs, args, want); err != nil {
 		return err
 	}
-	var rep node.ChainReport
+	var rep api.ChainReport
 	if *file != "" {
 		b, err := os.ReadFile(*file)
 		if err != nil {
@@ -321,7 +323,7 @@ func cmdSettleAck(e *env, args []string) error {
 		return err
 	}
 	defer cancel()
-	p, err := c.AckPayment(ctx, node.PaymentRequest{Peer: *peerID, Amount: *amount, Currency: *currency, Reference: *ref})
+	p, err := c.AckPayment(ctx, api.PaymentRequest{Peer: *peerID, Amount: *amount, Currency: *currency, Reference: *ref})
 	if err != nil {
 		return err
 	}
@@ -335,7 +337,7 @@ func cmdSettleAck(e *env, args []string) error {
 
 // followLeases shows a filled bid's leases starting, their receipts as
 // they arrive, and how they close.
-func followLeases(ctx context.Context, e *env, c *node.Client, o node.OrderView) error {
+func followLeases(ctx context.Context, e *env, c *client.Client, o api.OrderView) error {
 	for _, t := range o.Fills {
 		if t.Lease == "" {
 			continue
@@ -344,7 +346,7 @@ func followLeases(ctx context.Context, e *env, c *node.Client, o node.OrderView)
 		for {
 			qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			l, err := c.Lease(qctx, t.Lease)
-			var rs []node.ReceiptView
+			var rs []api.ReceiptView
 			if err == nil {
 				rs, err = c.Receipts(qctx, t.Lease)
 			}

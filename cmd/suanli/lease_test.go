@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/suanli/suanli/market"
-	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 )
 
 // TestDaemonLease is the "done when": two daemons billing every
@@ -40,12 +40,12 @@ func TestDaemonLease(t *testing.T) {
 			"--duration", "10s", "--ioc", "--exec", "--", "sleep", "30") // stopped at the lease's end
 		return code == 0 && strings.Contains(out, "filled"), out + errOut
 	})
-	var lease node.LeaseView
+	var lease api.LeaseView
 	poll(t, "the lease to close on both sides", func() (bool, string) {
 		var all string
 		for _, repo := range []string{repoP, repoB} {
 			code, out, errOut := runCLI(t, "--repo", repo, "leases", "--json")
-			var ls []node.LeaseView
+			var ls []api.LeaseView
 			if code != 0 || json.Unmarshal([]byte(out), &ls) != nil || len(ls) != 1 || ls[0].State != "closed" || ls[0].Countersigned == 0 {
 				return false, out + errOut
 			}
@@ -62,7 +62,7 @@ func TestDaemonLease(t *testing.T) {
 	for i, repo := range []string{repoP, repoB} {
 		poll(t, "the settlement on "+repo, func() (bool, string) {
 			code, out, errOut := runCLI(t, "--repo", repo, "settle", "--json")
-			var st []node.SettlementView
+			var st []api.SettlementView
 			if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st) != 1 || len(st[0].Leases) != 1 {
 				return false, out + errOut
 			}

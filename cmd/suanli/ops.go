@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/client"
 	"github.com/suanli/suanli/node/devnet"
 )
 
@@ -52,7 +53,7 @@ func cmdStatus(e *env, args []string) error {
 	if err := parse(e, fs, args, 0); err != nil {
 		return err
 	}
-	c, err := node.OpenClient(e.repo)
+	c, err := client.Open(e.repo)
 	if err != nil {
 		return err
 	}
@@ -169,7 +170,7 @@ func cmdConfig(e *env, args []string) error {
 	}
 	vals, _ := cfg.Get(rest[0])
 	fmt.Fprintf(e.stdout, "%s = %s\n", rest[0], strings.Join(vals, " "))
-	if _, err := node.ReadAPIEndpoint(e.repo); err == nil {
+	if _, err := client.ReadEndpoint(e.repo); err == nil {
 		fmt.Fprintln(e.stdout, "a daemon runs on this repo: restart it for the change to take effect")
 	}
 	return nil

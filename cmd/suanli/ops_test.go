@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 )
 
 func TestConfigShowSet(t *testing.T) {
@@ -146,7 +147,7 @@ func TestStatusAndDashboard(t *testing.T) {
 	defer n.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := n.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: "nvidia-h100-sxm5-80gb", Count: 1, Price: "1.00", Duration: "1h"}); err != nil {
+	if _, err := n.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: "nvidia-h100-sxm5-80gb", Count: 1, Price: "1.00", Duration: "1h"}); err != nil {
 		t.Fatal(err)
 	}
 	out, _ := wantExit(t, []string{"--repo", repo, "status"}, 0)
@@ -157,7 +158,7 @@ func TestStatusAndDashboard(t *testing.T) {
 		}
 	}
 	out, _ = wantExit(t, []string{"--repo", repo, "--json", "status"}, 0)
-	var st node.StatusView
+	var st api.StatusView
 	if err := json.Unmarshal([]byte(out), &st); err != nil || st.OpenOrders != 1 || st.ID != n.PeerID().String() {
 		t.Errorf("status --json = %s (%v)", out, err)
 	}

@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/suanli/suanli/market"
-	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/client"
 )
 
 // orderFlags are the flags ask and bid share.
 type orderFlags struct {
-	req     node.OrderRequest
+	req     api.OrderRequest
 	expires time.Duration
 	timeout time.Duration
 }
@@ -138,7 +139,7 @@ func cmdBid(e *env, args []string) error {
 }
 
 func placeOrder(e *env, f orderFlags, wait bool) error {
-	c, err := node.OpenClient(e.repo)
+	c, err := client.Open(e.repo)
 	if err != nil {
 		return err
 	}
@@ -208,14 +209,14 @@ func placeOrder(e *env, f orderFlags, wait bool) error {
 	}
 }
 
-func counterparty(o node.OrderView, t node.TradeView) string {
+func counterparty(o api.OrderView, t api.TradeView) string {
 	if o.Side == "bid" {
 		return "provider " + t.Provider
 	}
 	return "buyer " + t.Buyer
 }
 
-func printOrder(e *env, o node.OrderView) {
+func printOrder(e *env, o api.OrderView) {
 	fmt.Fprintf(e.stdout, "%s %s\n%s %d GPUs of %s at %s %s/GPU-h (%s): %s, %d left\n",
 		o.Side, o.ID, o.Side, o.Count, o.Market, o.Price, o.Currency, o.LeaseType, o.Status, o.Remaining)
 	if o.Standing != "" {
@@ -232,7 +233,7 @@ func printOrder(e *env, o node.OrderView) {
 
 // printPassedOver says why visible orders at or better than o's price
 // were not taken.
-func printPassedOver(e *env, o node.OrderView) {
+func printPassedOver(e *env, o api.OrderView) {
 	other := "asks at or under"
 	if o.Side == "ask" {
 		other = "bids at or over"
@@ -247,7 +248,7 @@ func cmdOrders(e *env, args []string) error {
 	if err := parse(e, fs, args, 0); err != nil {
 		return err
 	}
-	c, err := node.OpenClient(e.repo)
+	c, err := client.Open(e.repo)
 	if err != nil {
 		return err
 	}
@@ -278,7 +279,7 @@ func cmdCancel(e *env, args []string) error {
 	if err := parse(e, fs, args, 1); err != nil {
 		return err
 	}
-	c, err := node.OpenClient(e.repo)
+	c, err := client.Open(e.repo)
 	if err != nil {
 		return err
 	}
@@ -306,7 +307,7 @@ func cmdBook(e *env, args []string) error {
 	if !market.ValidMarketKey(mkt) {
 		return fmt.Errorf("%w: %q is not a market key like nvidia-h100-sxm5-80gb", errUsage, mkt)
 	}
-	c, err := node.OpenClient(e.repo)
+	c, err := client.Open(e.repo)
 	if err != nil {
 		return err
 	}
@@ -366,7 +367,7 @@ func cmdTrades(e *env, args []string) error {
 	if !market.ValidMarketKey(mkt) {
 		return fmt.Errorf("%w: %q is not a market key like nvidia-h100-sxm5-80gb", errUsage, mkt)
 	}
-	c, err := node.OpenClient(e.repo)
+	c, err := client.Open(e.repo)
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 )
 
 // TestDaemonTrade is the order-book issue's "Done when", with real daemon
@@ -108,7 +108,7 @@ func TestDaemonBidRestsWhy(t *testing.T) {
 		}
 	}
 	out, _ = wantExit(t, []string{"--repo", k.repoB, "--json", "bid", "--gpu", h100Market, "--count", "2", "--price", "2.35", "--duration", "10s"}, 0)
-	var o node.OrderView
+	var o api.OrderView
 	if err := json.Unmarshal([]byte(out), &o); err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestDaemonPreemption(t *testing.T) {
 	// Spot asks and bids until all 8 GPUs are in spot leases.
 	poll(t, "all 8 GPUs in spot leases", func() (bool, string) {
 		_, out, _ := runCLI(t, "--repo", k.repoP, "leases", "--json")
-		var ls []node.LeaseView
+		var ls []api.LeaseView
 		json.Unmarshal([]byte(out), &ls)
 		held := 0
 		for _, l := range ls {
@@ -157,10 +157,10 @@ func TestDaemonPreemption(t *testing.T) {
 		code, out, errOut := runCLI(t, "--repo", repoO, "bid", "--gpu", h100Market, "--count", "2", "--price", "3.00", "--type", "on-demand", "--duration", "5s", "--ioc")
 		return code == 0 && strings.Contains(out, "filled"), out + errOut
 	})
-	var l node.LeaseView
+	var l api.LeaseView
 	poll(t, "the spot buyer to see a notice", func() (bool, string) {
 		code, out, errOut := runCLI(t, "--repo", k.repoB, "leases", "--json")
-		var ls []node.LeaseView
+		var ls []api.LeaseView
 		if code != 0 || json.Unmarshal([]byte(out), &ls) != nil {
 			return false, out + errOut
 		}

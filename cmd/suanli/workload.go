@@ -10,6 +10,7 @@ import (
 
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/executor"
 )
 
@@ -190,7 +191,7 @@ func (f *workloadFlags) register(fs *flag.FlagSet) {
 }
 
 // apply puts the workload into req.
-func (f *workloadFlags) apply(req *node.OrderRequest, command []string) error {
+func (f *workloadFlags) apply(req *api.OrderRequest, command []string) error {
 	if f.image == "" {
 		if f.exec != (len(command) > 0) {
 			return fmt.Errorf("%w: --exec needs a command after --, and a command needs --exec or --image", errUsage)
@@ -223,7 +224,7 @@ func (f *workloadFlags) apply(req *node.OrderRequest, command []string) error {
 }
 
 // printWorkload prints what a lease runs and where to reach it.
-func printWorkload(e *env, l node.LeaseView) {
+func printWorkload(e *env, l api.LeaseView) {
 	if l.Image != "" {
 		fmt.Fprintf(e.stdout, "  image %s\n", l.Image)
 	}

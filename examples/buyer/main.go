@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 )
 
 func main() {
@@ -39,7 +41,7 @@ func main() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), *wait)
 	defer cancel()
-	q := node.OfferQuery{GPU: *gpu, MaxPrice: *maxPrice, Sort: "price"}
+	q := api.OfferQuery{GPU: *gpu, MaxPrice: *maxPrice, Sort: "price"}
 	for {
 		offers, err := n.Offers(ctx, q)
 		if err == nil && len(offers) > 0 {
@@ -49,7 +51,7 @@ func main() {
 			}
 			return
 		}
-		if node.IsBadRequest(err) {
+		if errors.Is(err, api.ErrBadRequest) {
 			log.Fatal(err)
 		}
 		select {

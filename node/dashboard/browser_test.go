@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/devnet"
 )
 
@@ -186,7 +187,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS("table.markets td.empty")))
 
 	// A provider asks; the buyer's page shows the ask in the depth chart.
-	if _, err := provider.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: 4, Price: "2.30", MinDuration: "1s", Expires: "30m"}); err != nil {
+	if _, err := provider.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: h100, Count: 4, Price: "2.30", MinDuration: "1s", Expires: "30m"}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "the ask in the buyer's book", func() (bool, string) {
@@ -199,7 +200,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`button[data-market="`+h100+`"]`)))
 
 	// A trade happens: the page shows it, and the price history a point.
-	bid, err := buyer.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.40", Duration: "1h", Expires: "30m"})
+	bid, err := buyer.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.40", Duration: "1h", Expires: "30m"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +219,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 
 	// A resting bid, cancelled by a click.
-	rest, err := buyer.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 1, Price: "1.00", Duration: "1h", Expires: "30m"})
+	rest, err := buyer.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: 1, Price: "1.00", Duration: "1h", Expires: "30m"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/devnet"
 )
 
@@ -42,7 +42,7 @@ func BenchmarkFindMarket50(b *testing.B) {
 	}
 	// Warm up: every buyer's routing table settles.
 	for _, buyer := range net.Buyers {
-		if _, err := devnet.WaitFound(ctx, buyer, node.OfferQuery{GPU: mkt}, want); err != nil {
+		if _, err := devnet.WaitFound(ctx, buyer, api.OfferQuery{GPU: mkt}, want); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -51,7 +51,7 @@ func BenchmarkFindMarket50(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		buyer := net.Buyers[i%len(net.Buyers)]
 		start := time.Now()
-		offers, err := buyer.Offers(ctx, node.OfferQuery{GPU: mkt})
+		offers, err := buyer.Offers(ctx, api.OfferQuery{GPU: mkt})
 		took = append(took, time.Since(start))
 		if err != nil || len(offers) != want {
 			b.Fatalf("lookup %d found %d of %d offers: %v", i, len(offers), want, err)

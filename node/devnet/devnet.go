@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 )
 
 // Machine is one simulated provider's hardware, region and price.
@@ -177,8 +178,8 @@ func (n *Net) WaitPublished(ctx context.Context) error {
 }
 
 // WaitFound polls buyer b's search for q until it returns want offers.
-func WaitFound(ctx context.Context, b node.API, q node.OfferQuery, want int) ([]node.OfferView, error) {
-	var last []node.OfferView
+func WaitFound(ctx context.Context, b api.API, q api.OfferQuery, want int) ([]api.OfferView, error) {
+	var last []api.OfferView
 	var lastErr error
 	for {
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)

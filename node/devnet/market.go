@@ -8,6 +8,7 @@ import (
 
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 )
 
 // Markets are the market keys of the simulated models.
@@ -28,10 +29,10 @@ const LeaseDuration = 5 * time.Second
 // Trading is what the market scenario did: per market, the trades and the
 // book as the first buyer sees it.
 type Trading struct {
-	Asks   []node.OrderView
-	Bids   []node.OrderView
-	Books  []node.BookView
-	Trades map[string][]node.TradeView
+	Asks   []api.OrderView
+	Bids   []api.OrderView
+	Books  []api.BookView
+	Trades map[string][]api.TradeView
 }
 
 // Trade runs the order-book scenario: every provider asks 4 of its GPUs at
@@ -41,7 +42,7 @@ type Trading struct {
 // price moves. It waits until every node's replica holds every ask before
 // bidding and until the first buyer has seen every trade before returning.
 func (n *Net) Trade(ctx context.Context) (*Trading, error) {
-	out := &Trading{Trades: map[string][]node.TradeView{}}
+	out := &Trading{Trades: map[string][]api.TradeView{}}
 	markets := map[string]bool{}
 	for i, p := range n.Providers {
 		m := n.Machines[i]
@@ -52,7 +53,7 @@ func (n *Net) Trade(ctx context.Context) (*Trading, error) {
 			return nil, err
 		}
 		spot := market.FormatMicros(on.Micros*95/100/10_000*10_000, m.Currency) // 5% under, whole cents
-		o, err := p.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: mkt, Count: 4, Price: spot, Currency: m.Currency, Expires: "30m", MinDuration: "1s"})
+		o, err := p.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: mkt, Count: 4, Price: spot, Currency: m.Currency, Expires: "30m", MinDuration: "1s"})
 		if err != nil {
 			return nil, fmt.Errorf("devnet: provider %d ask: %w", i, err)
 		}
@@ -91,7 +92,7 @@ func (n *Net) Trade(ctx context.Context) (*Trading, error) {
 				continue // nothing left to buy in this market
 			}
 			limit := best.Micros + steps[(i+j)%len(steps)]*10_000
-			o, err := b.PlaceOrder(ctx, node.OrderRequest{
+			o, err := b.PlaceOrder(ctx, api.OrderRequest{
 				Side: "bid", Market: mkt, Count: 3, Price: market.FormatMicros(limit, "USD"), Duration: LeaseDuration.String(), Expires: "30m",
 			})
 			if err != nil {
@@ -201,7 +202,7 @@ func waitBook(ctx context.Context, b *node.Node, mkt string, askGPUs int) error 
 type Statement struct {
 	Buyer, Provider string
 	// BuyerView and ProviderView are each side's settlement with the other.
-	BuyerView, ProviderView node.SettlementView
+	BuyerView, ProviderView api.SettlementView
 }
 
 // Settle waits until every lease on every node has closed, then returns

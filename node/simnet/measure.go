@@ -9,6 +9,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 )
 
 // Names of the measures in a Report.
@@ -103,7 +104,7 @@ func discover(ctx context.Context, b *node.Node, want int) (time.Duration, error
 	defer cancel()
 	t0 := time.Now()
 	for {
-		offers, err := b.Offers(ctx, node.OfferQuery{GPU: Market})
+		offers, err := b.Offers(ctx, api.OfferQuery{GPU: Market})
 		if err != nil {
 			return 0, err
 		}
@@ -124,7 +125,7 @@ func (s *sim) propagate(ctx context.Context, net *network, b *node.Node, rng *mr
 	// Far under any ask, so it rests; the price makes the order unique.
 	price := fmt.Sprintf("0.%02d", 1+rng.IntN(90))
 	t0 := time.Now()
-	o, err := b.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: Market, Count: 1, Price: price, Duration: "1h", Expires: "10m"})
+	o, err := b.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: Market, Count: 1, Price: price, Duration: "1h", Expires: "10m"})
 	if err != nil {
 		return 0, err
 	}
@@ -161,7 +162,7 @@ func (s *sim) trades(ctx context.Context, net *network, rep *Report, rng *mrand.
 	}
 	var asks []string
 	for i := range net.providers {
-		o, err := net.nodes[i].PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: Market, Count: 4, Price: "2.00", Expires: "30m", MinDuration: "1s"})
+		o, err := net.nodes[i].PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: Market, Count: 4, Price: "2.00", Expires: "30m", MinDuration: "1s"})
 		if err != nil {
 			return fmt.Errorf("simnet: ask: %w", err)
 		}
@@ -208,11 +209,11 @@ func (s *sim) trades(ctx context.Context, net *network, rep *Report, rng *mrand.
 			return fmt.Errorf("simnet: buyer never held an ask: %w", err)
 		}
 		t0 := time.Now()
-		bid, err := b.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: Market, Count: 1, Price: "2.50", Duration: "5s", Expires: "1m"})
+		bid, err := b.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: Market, Count: 1, Price: "2.50", Duration: "5s", Expires: "1m"})
 		if err != nil {
 			return fmt.Errorf("simnet: crossing bid: %w", err)
 		}
-		var tv node.TradeView
+		var tv api.TradeView
 		if err := waitEvery(ctx, time.Minute, pollEvery, func() bool {
 			v, err := b.Order(ctx, bid.ID)
 			if err != nil || len(v.Fills) == 0 {
