@@ -865,13 +865,13 @@ func (n *Node) CloseLease(ctx context.Context, id string) (_ api.LeaseView, err 
 		reason = market.CloseProvider
 	} else if market.LeaseType(r.terms.LeaseType) == market.Reserved && n.now().Before(market.LeaseEnd(r.terms)) {
 		// Reserved time is a commitment: the buyer pays for all of it.
-		return api.LeaseView{}, api.BadRequest("lease %s is reserved until %s: a commitment, not closed early by the buyer", id,
+		return api.LeaseView{}, api.Errorf(api.CodeLeaseState, "lease %s is reserved until %s: a commitment, not closed early by the buyer", id,
 			market.LeaseEnd(r.terms).Format(time.RFC3339))
 	}
 	r.mu.Lock()
 	if r.ml.State != market.LeaseRunning && r.ml.State != market.LeaseStarting {
 		r.mu.Unlock()
-		return api.LeaseView{}, api.BadRequest("lease %s is %s", id, r.ml.State)
+		return api.LeaseView{}, api.Errorf(api.CodeLeaseState, "lease %s is %s", id, r.ml.State)
 	}
 	n.endLocked(r, reason, n.now(), "")
 	at := r.ml.ClosedAt

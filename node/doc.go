@@ -1,0 +1,27 @@
+// Package node is one Suanli peer: it wires a libp2p host, the private
+// Kademlia DHT of signed offers, the gossiped order books, trades agreed
+// point to point, and leases settled by signed usage receipts, all kept
+// in Badger in the node's repo. New and its Options build a Node; the
+// Node is a provider when it has GPUs and a buyer always.
+//
+// A Node implements api.API in-process; the daemon serves the same API
+// over local HTTP, and node/client implements it there. The packages
+// around this one each own one job:
+//
+//   - node/api: the API interface, its request and view types and its
+//     error codes (a leaf: standard library only).
+//   - node/client: the HTTP client of a running daemon (no libp2p, Badger
+//     or NVML).
+//   - node/executor: what runs a lease's workload (reserve, process,
+//     docker), behind one contract; the lease logic knows only that.
+//   - node/keystore: the encrypted identity key.
+//   - node/dashboard: the embedded web page served with the API.
+//   - node/devnet and node/simnet: whole local markets on loopback, and on
+//     a simulated east–west network, for tests, devnet and benchmarks.
+//   - node/internal/...: the repo's shared files and the datastore.
+//
+// Concurrency: a Node's methods are safe for concurrent use. Each part of
+// the node guards its own state with its own lock and holds none across a
+// network, NVML or executor call; the clock is WithClock's everywhere a
+// decision depends on time.
+package node
