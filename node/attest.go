@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -431,22 +430,4 @@ func (n *Node) selfAttest(ctx context.Context) {
 	if _, err := n.attestPeer(ctx, self); err != nil && !errors.Is(err, api.ErrAttestFailed) {
 		n.log.Debug("self-attestation did not run", "err", err)
 	}
-}
-
-// registerAttestRoutes adds GET /api/v0/attest/{peer}[?timeout=D].
-func registerAttestRoutes(mux *http.ServeMux, s *apiServer) {
-	mux.HandleFunc("GET "+api.Prefix+"/attest/{peer}", s.auth(func(r *http.Request) (any, error) {
-		p := r.PathValue("peer")
-		ctx := r.Context()
-		if t := r.URL.Query().Get("timeout"); t != "" {
-			d, err := time.ParseDuration(t)
-			if err != nil || d <= 0 || d > 10*time.Minute {
-				return nil, api.BadRequest("timeout %q: want a duration in (0, 10m]", t)
-			}
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, d)
-			defer cancel()
-		}
-		return s.n.Attest(ctx, p)
-	}))
 }

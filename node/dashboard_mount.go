@@ -2,20 +2,11 @@ package node
 
 import (
 	"fmt"
-	"net/http"
 	"strings"
 
 	"github.com/suanli/suanli/node/client"
 	"github.com/suanli/suanli/node/dashboard"
 )
-
-// mountDashboard serves the dashboard's files; / leads to it.
-func mountDashboard(mux *http.ServeMux) {
-	mux.Handle("GET "+dashboard.Prefix, dashboard.Handler())
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, dashboard.Prefix, http.StatusFound)
-	})
-}
 
 // DashboardURL is the address of the dashboard of the daemon running on a
 // repo, with a login token in the URL's fragment (which a browser never

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -222,12 +221,4 @@ func VerifyEvidence(b []byte) (api.EvidenceReport, error) {
 				ev.Fill.Buyer, ev.Fill.Provider, ev.Fill.ID, ev.Fill.Quantity, market.FormatMicros(ev.Fill.Price, ev.Fill.Currency), x.Reason)}, nil
 	}
 	return api.EvidenceReport{}, fmt.Errorf("node: unknown evidence kind %q", x.Kind)
-}
-
-// registerEvidenceRoutes serves the evidence part of LeaseAPI.
-func registerEvidenceRoutes(mux *http.ServeMux, s *apiServer, n *Node) {
-	mux.HandleFunc("GET "+api.Prefix+"/evidence", s.auth(func(r *http.Request) (any, error) { return n.Evidence(r.Context(), r.URL.Query().Get("peer")) }))
-	mux.HandleFunc("GET "+api.Prefix+"/evidence/export", s.auth(func(r *http.Request) (any, error) {
-		return n.ExportEvidence(r.Context(), r.URL.Query().Get("id"))
-	}))
 }

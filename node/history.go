@@ -6,10 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -342,53 +339,4 @@ func sortOwn(list []*ownOrder) {
 		}
 		return strings.Compare(a.order.ID, b.order.ID)
 	})
-}
-
-// registerDashboardRoutes serves DashboardAPI and the dashboard's pages.
-func registerDashboardRoutes(mux *http.ServeMux, s *apiServer, n *Node) {
-	mux.HandleFunc("GET "+api.Prefix+"/history/{market}", s.auth(func(r *http.Request) (any, error) {
-		v := r.URL.Query()
-		var q api.HistoryQuery
-		if t := v.Get("since"); t != "" {
-			ts, err := time.Parse(time.RFC3339Nano, t)
-			if err != nil {
-				return nil, api.BadRequest("since: want an RFC 3339 time: %v", err)
-			}
-			q.Since = ts
-		}
-		var err error
-		if q.Limit, err = intParam(v, "limit"); err != nil {
-			return nil, err
-		}
-		return n.History(r.Context(), r.PathValue("market"), v.Get("currency"), q)
-	}))
-	mux.HandleFunc("GET "+api.Prefix+"/markets", s.auth(func(r *http.Request) (any, error) { return n.Markets(r.Context()) }))
-	mux.HandleFunc("GET "+api.Prefix+"/gpus/history", s.auth(func(r *http.Request) (any, error) { return n.GPUHistory(r.Context()) }))
-	mux.HandleFunc("GET "+api.Prefix+"/orders-page", s.auth(func(r *http.Request) (any, error) {
-		v := r.URL.Query()
-		q := api.PageQuery{Status: v.Get("status")}
-		var err error
-		if q.Offset, err = intParam(v, "offset"); err != nil {
-			return nil, err
-		}
-		if q.Limit, err = intParam(v, "limit"); err != nil {
-			return nil, err
-		}
-		return n.OrdersPage(r.Context(), q)
-	}))
-	registerStatusRoute(mux, s, n)
-	registerAccessRoute(mux, s)
-	mountDashboard(mux)
-}
-
-func intParam(v url.Values, name string) (int, error) {
-	s := v.Get(name)
-	if s == "" {
-		return 0, nil
-	}
-	i, err := strconv.Atoi(s)
-	if err != nil {
-		return 0, api.BadRequest("%s: want an integer, got %q", name, s)
-	}
-	return i, nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/suanli/suanli/gpu"
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/internal/httpapi"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -225,7 +226,7 @@ type Node struct {
 	now      func() time.Time
 	log      *slog.Logger
 	metrics  *metrics
-	api      *apiServer
+	api      *httpapi.Server
 
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -436,7 +437,7 @@ func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		var errs []error
 		if n.api != nil {
-			errs = append(errs, n.api.close())
+			errs = append(errs, n.api.Close())
 		}
 		if n.cancel != nil {
 			n.cancel()
@@ -491,7 +492,7 @@ func (n *Node) APIAddr() string {
 	if n.api == nil {
 		return ""
 	}
-	return n.api.addr
+	return n.api.Addr()
 }
 
 // IsProvider reports whether the node has GPUs to offer.

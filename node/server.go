@@ -1,177 +1,30 @@
 package node
 
 import (
-	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/suanli/suanli/node/api"
+
+	"github.com/suanli/suanli/node/internal/httpapi"
 )
 
-// The local HTTP API. Every /api/v0 route needs "Authorization: Bearer
-// <token>" with the token from <repo>/api.token; /metrics is open (it
-// listens on loopback or a unix socket only).
-
-type apiServer struct {
-	n       *Node
-	srv     *http.Server
-	ln      net.Listener
-	addr    string
-	token   string
-	apiPath string
-	// readOnly are the tokens that may only read (see access.go).
-	readOnly *readOnlyTokens
+// startAPI serves the node's API on addr (see node/internal/httpapi).
+func startAPI(n *Node, addr string) (*httpapi.Server, error) {
+	return httpapi.Start(httpapi.Config{
+		API: n, Repo: n.repo, Addr: addr,
+		Metrics:  promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}),
+		OnReject: func(reason string) { n.metrics.rejects.WithLabelValues("api", reason).Inc() },
+	})
 }
 
-func startAPI(n *Node, addr string) (*apiServer, error) {
-	network, where := "tcp", addr
-	if p, ok := strings.CutPrefix(addr, "unix:"); ok {
-		network, where = "unix", p
-		os.Remove(p)
-	} else if host, _, err := net.SplitHostPort(addr); err != nil {
-		return nil, fmt.Errorf("node: api address %q: %w", addr, err)
-	} else if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return nil, fmt.Errorf("node: api address %q: the local API binds loopback or a unix socket only", addr)
+// IssueReadOnlyToken adds a read-only API token to a repo and returns it.
+// A running daemon accepts it from its next request on.
+func IssueReadOnlyToken(repo string) (string, error) {
+	if !IsInitialized(repo) {
+		return "", fmt.Errorf("%w at %s: run `suanli init`", ErrNotInitialized, repo)
 	}
-	ln, err := net.Listen(network, where)
-	if err != nil {
-		return nil, fmt.Errorf("node: api listen: %w", err)
-	}
-	tok, err := loadOrCreateToken(n.repo)
-	if err != nil {
-		ln.Close()
-		return nil, err
-	}
-	s := &apiServer{n: n, ln: ln, token: tok, apiPath: filepath.Join(n.repo, apiFile),
-		readOnly: &readOnlyTokens{path: filepath.Join(n.repo, apiReadOnlyFile)}}
-	if network == "unix" {
-		s.addr = "unix:" + where
-		os.Chmod(where, 0o600)
-	} else {
-		s.addr = ln.Addr().String()
-	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET "+api.Prefix+"/id", s.auth(func(r *http.Request) (any, error) { return n.ID(r.Context()) }))
-	mux.HandleFunc("GET "+api.Prefix+"/gpus", s.auth(func(r *http.Request) (any, error) { return n.GPUs(r.Context()) }))
-	mux.HandleFunc("GET "+api.Prefix+"/peers", s.auth(func(r *http.Request) (any, error) { return n.Peers(r.Context()) }))
-	mux.HandleFunc("GET "+api.Prefix+"/offers", s.auth(func(r *http.Request) (any, error) {
-		q, err := offerQueryFromURL(r)
-		if err != nil {
-			return nil, err
-		}
-		return n.Offers(r.Context(), q)
-	}))
-	mux.HandleFunc("POST "+api.Prefix+"/orders", s.auth(func(r *http.Request) (any, error) {
-		var req api.OrderRequest
-		if err := decodeBody(r, "order request", 64<<10, &req); err != nil {
-			return nil, err
-		}
-		return n.PlaceOrder(r.Context(), req)
-	}))
-	mux.HandleFunc("GET "+api.Prefix+"/orders", s.auth(func(r *http.Request) (any, error) { return n.Orders(r.Context()) }))
-	mux.HandleFunc("GET "+api.Prefix+"/orders/{id}", s.auth(func(r *http.Request) (any, error) {
-		return n.Order(r.Context(), r.PathValue("id"))
-	}))
-	mux.HandleFunc("DELETE "+api.Prefix+"/orders/{id}", s.auth(func(r *http.Request) (any, error) {
-		return n.CancelOrder(r.Context(), r.PathValue("id"))
-	}))
-	mux.HandleFunc("GET "+api.Prefix+"/book/{market}", s.auth(func(r *http.Request) (any, error) {
-		return n.Book(r.Context(), r.PathValue("market"), r.URL.Query().Get("currency"))
-	}))
-	registerLeaseRoutes(mux, s, n)
-	mux.HandleFunc("GET "+api.Prefix+"/trades/{market}", s.auth(func(r *http.Request) (any, error) {
-		return n.Trades(r.Context(), r.PathValue("market"))
-	}))
-	registerAttestRoutes(mux, s)
-	registerDashboardRoutes(mux, s, n)
-	s.srv = &http.Server{Handler: s.guard(mux), ReadHeaderTimeout: 10 * time.Second}
-	if err := writeFileAtomic(s.apiPath, []byte(s.addr+"\n"), 0o600); err != nil {
-		ln.Close()
-		return nil, err
-	}
-	go s.srv.Serve(ln)
-	return s, nil
+	return httpapi.IssueReadOnlyToken(repo)
 }
 
-func (s *apiServer) close() error {
-	os.Remove(s.apiPath)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := s.srv.Shutdown(ctx); errors.Is(err, context.DeadlineExceeded) {
-		// A browser's preconnected sockets never go idle: drop them.
-		return s.srv.Close()
-	} else if err != nil {
-		return err
-	}
-	return nil
-}
-
-func (s *apiServer) auth(h func(*http.Request) (any, error)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		switch s.access(r) {
-		case accessNone:
-			w.Header().Set("WWW-Authenticate", `Bearer realm="suanli"`)
-			writeError(w, api.ErrUnauthorized)
-			return
-		case accessRead:
-			if r.Method != http.MethodGet && r.Method != http.MethodHead {
-				writeError(w, api.Errorf(api.CodeForbidden, "a read-only token cannot change anything"))
-				return
-			}
-		}
-		v, err := h(r)
-		if err != nil {
-			writeError(w, classify(err))
-			return
-		}
-		writeJSON(w, http.StatusOK, v)
-	}
-}
-
-// writeError serves err with its code's status; its message is the body's
-// "error", its code the body's "code" (see api.WireError).
-func writeError(w http.ResponseWriter, err error) {
-	c := api.CodeOf(err)
-	writeJSON(w, c.Status(), api.WireError{Error: err.Error(), Code: c})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
-}
-
-func offerQueryFromURL(r *http.Request) (api.OfferQuery, error) {
-	v := r.URL.Query()
-	q := api.OfferQuery{
-		GPU: v.Get("gpu"), Region: v.Get("region"), MaxPrice: v.Get("max_price"),
-		Currency: v.Get("currency"), Sort: v.Get("sort"), CCAttested: v.Get("cc_attested") == "true",
-	}
-	var err error
-	if s := v.Get("min_gpus"); s != "" {
-		if q.MinGPUs, err = strconv.Atoi(s); err != nil {
-			return q, api.BadRequest("min_gpus: %v", err)
-		}
-	}
-	if s := v.Get("min_free_gpus"); s != "" {
-		if q.MinFreeGPUs, err = strconv.Atoi(s); err != nil {
-			return q, api.BadRequest("min_free_gpus: %v", err)
-		}
-	}
-	if s := v.Get("min_vram_gib"); s != "" {
-		if q.MinVRAMGiB, err = strconv.ParseUint(s, 10, 32); err != nil {
-			return q, api.BadRequest("min_vram_gib: %v", err)
-		}
-	}
-	return q, nil
-}
+// RevokeReadOnlyTokens removes every read-only token of a repo.
+func RevokeReadOnlyTokens(repo string) error { return httpapi.RevokeReadOnlyTokens(repo) }

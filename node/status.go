@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -65,8 +64,4 @@ func (n *Node) Status(ctx context.Context) (_ api.StatusView, err error) {
 	}
 	slices.SortFunc(v.Owed, func(a, b api.OwedView) int { return strings.Compare(a.Currency, b.Currency) })
 	return v, nil
-}
-
-func registerStatusRoute(mux *http.ServeMux, s *apiServer, n *Node) {
-	mux.HandleFunc("GET "+api.Prefix+"/status", s.auth(func(r *http.Request) (any, error) { return n.Status(r.Context()) }))
 }

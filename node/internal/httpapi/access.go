@@ -1,4 +1,4 @@
-package node
+package httpapi
 
 import (
 	"bytes"
@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/internal/repofile"
 )
 
 // Access to the local API.
@@ -30,7 +31,7 @@ import (
 // view but change nothing. Every request must name the API's own host (a
 // DNS-rebinding page names its own) and, when a browser sends an Origin,
 // come from the API's own origin (a foreign page's POST is refused).
-const apiReadOnlyFile = "api.readonly"
+const ReadOnlyFile = "api.readonly"
 
 // tokenLen is the hex length of a token (32 random bytes).
 const tokenLen = 64
@@ -62,10 +63,10 @@ func validToken(s string) bool {
 	return err == nil
 }
 
-// loadOrCreateToken returns the repo's full API token, creating it (0600)
+// LoadOrCreateToken returns the repo's full API token, creating it (0600)
 // when absent or unreadable as a token.
-func loadOrCreateToken(repo string) (string, error) {
-	p := filepath.Join(repo, apiTokenFile)
+func LoadOrCreateToken(repo string) (string, error) {
+	p := filepath.Join(repo, repofile.APIToken)
 	if b, err := os.ReadFile(p); err == nil {
 		if t := strings.TrimSpace(string(b)); validToken(t) {
 			os.Chmod(p, 0o600)
@@ -73,7 +74,7 @@ func loadOrCreateToken(repo string) (string, error) {
 		}
 	}
 	t := newToken()
-	if err := writeFileAtomic(p, []byte(t+"\n"), 0o600); err != nil {
+	if err := repofile.WriteAtomic(p, []byte(t+"\n"), 0o600); err != nil {
 		return "", err
 	}
 	return t, nil
@@ -82,10 +83,7 @@ func loadOrCreateToken(repo string) (string, error) {
 // IssueReadOnlyToken adds a read-only API token to a repo and returns it.
 // A running daemon accepts it from its next request on.
 func IssueReadOnlyToken(repo string) (string, error) {
-	if !IsInitialized(repo) {
-		return "", fmt.Errorf("%w at %s: run `suanli init`", ErrNotInitialized, repo)
-	}
-	p := filepath.Join(repo, apiReadOnlyFile)
+	p := filepath.Join(repo, ReadOnlyFile)
 	old, err := os.ReadFile(p)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return "", err
@@ -97,12 +95,12 @@ func IssueReadOnlyToken(repo string) (string, error) {
 		buf.WriteByte('\n')
 	}
 	buf.WriteString(t + "\n")
-	return t, writeFileAtomic(p, buf.Bytes(), 0o600)
+	return t, repofile.WriteAtomic(p, buf.Bytes(), 0o600)
 }
 
 // RevokeReadOnlyTokens removes every read-only token of a repo.
 func RevokeReadOnlyTokens(repo string) error {
-	err := os.Remove(filepath.Join(repo, apiReadOnlyFile))
+	err := os.Remove(filepath.Join(repo, ReadOnlyFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -149,7 +147,7 @@ func (r *readOnlyTokens) has(tok string) bool {
 }
 
 // access checks a request's bearer token.
-func (s *apiServer) access(r *http.Request) access {
+func (s *Server) access(r *http.Request) access {
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || got == "" {
 		return accessNone
@@ -165,7 +163,7 @@ func (s *apiServer) access(r *http.Request) access {
 
 // registerAccessRoute serves GET /api/v0/access, so a page can tell a
 // read-only token from a full one and hide what it could not do.
-func registerAccessRoute(mux *http.ServeMux, s *apiServer) {
+func registerAccessRoute(mux *http.ServeMux, s *Server) {
 	mux.HandleFunc("GET "+api.Prefix+"/access", s.auth(func(r *http.Request) (any, error) {
 		if s.access(r) == accessFull {
 			return api.AccessView{Access: "full"}, nil
@@ -191,24 +189,24 @@ func allowedHosts(addr string) map[string]bool {
 
 // guard refuses, with 403, requests whose Host is not the API's own (DNS
 // rebinding) or whose Origin is another site's (CSRF), before any handler.
-func (s *apiServer) guard(h http.Handler) http.Handler {
+func (s *Server) guard(h http.Handler) http.Handler {
 	hosts := allowedHosts(s.addr)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !hosts[strings.ToLower(r.Host)] {
-			s.n.metrics.rejects.WithLabelValues("api", "foreign_host").Inc()
+			s.reject("foreign_host")
 			writeError(w, api.Errorf(api.CodeForbidden, "host %q is not this API's address", r.Host))
 			return
 		}
 		if o := r.Header.Get("Origin"); o != "" {
 			u, err := url.Parse(o)
 			if err != nil || u.Scheme != "http" || !hosts[strings.ToLower(u.Host)] {
-				s.n.metrics.rejects.WithLabelValues("api", "foreign_origin").Inc()
+				s.reject("foreign_origin")
 				writeError(w, api.Errorf(api.CodeForbidden, "origin %q is not this API's own", o))
 				return
 			}
 		}
 		if f := r.Header.Get("Sec-Fetch-Site"); f == "cross-site" {
-			s.n.metrics.rejects.WithLabelValues("api", "foreign_origin").Inc()
+			s.reject("foreign_origin")
 			writeError(w, api.Errorf(api.CodeForbidden, "cross-site request refused"))
 			return
 		}
