@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/executor"
 )
 
@@ -85,21 +84,3 @@ type perGPU struct {
 // workloadStartBudget bounds a workload's preparation (for docker: the
 // image pull and container start) beyond the executor's own limits.
 const workloadStartBudget = 15 * time.Minute
-
-// exitView is an exit result as the API shows it.
-func exitView(e *ExitResult) *api.ExitResult {
-	if e == nil {
-		return nil
-	}
-	v := api.ExitResult(*e)
-	return &v
-}
-
-// endpointViews are published ports as the API shows them.
-func endpointViews(es []Endpoint) []api.Endpoint {
-	var out []api.Endpoint
-	for _, e := range es {
-		out = append(out, api.Endpoint(e))
-	}
-	return out
-}

@@ -902,7 +902,7 @@ func (r *leaseRun) view() api.LeaseView {
 		Price: market.FormatMicros(t.PriceMicros, t.Currency), Currency: t.Currency, PriceMicros: t.PriceMicros,
 		LeaseType: market.LeaseType(t.LeaseType).String(),
 		Start:     time.UnixMilli(t.StartUnixMs).UTC(), End: market.LeaseEnd(t),
-		Interval: market.BillingInterval(t).String(), Executor: r.rec.Executor, Exec: r.rec.Exec, Exit: exitView(r.rec.Exit),
+		Interval: market.BillingInterval(t).String(), Executor: r.rec.Executor, Exec: r.rec.Exec, Exit: r.rec.Exit,
 		Receipts: r.ml.Chain.Seq, Countersigned: r.ml.Countersigned.Seq,
 		Cumulative: market.FormatMicros(r.ml.Countersigned.Cumulative, t.Currency), Note: r.rec.Note,
 	}
@@ -920,7 +920,7 @@ func (r *leaseRun) view() api.LeaseView {
 	if i := r.rec.Info; i != nil {
 		v.Image = cmpOr(v.Image, i.Image)
 		v.ImageDigest = cmpOr(i.RepoDigest, i.ImageID)
-		v.Endpoints, v.GPUAccess = endpointViews(i.Endpoints), i.GPUAccess
+		v.Endpoints, v.GPUAccess = i.Endpoints, i.GPUAccess
 		if i.Executor == ExecDocker {
 			v.ContainerState = i.State
 		}

@@ -46,7 +46,7 @@ func (n *Node) Logs(_ context.Context, id string, after uint64) (_ api.LogsView,
 		return nil
 	})
 	r.mu.Lock()
-	v.Exit = exitView(r.rec.Exit)
+	v.Exit = r.rec.Exit
 	v.Done = r.rec.Exit != nil || (r.ml.State == market.LeaseClosed && n.now().After(r.ml.ClosedAt.Add(5*time.Second)))
 	r.mu.Unlock()
 	return v, err

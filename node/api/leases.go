@@ -166,7 +166,7 @@ type EvidenceReport struct {
 	Proves string   `json:"proves"`
 }
 
-// ExitResult is how a lease's workload ended (executor.ExitResult).
+// ExitResult is how a lease's workload ended (node/executor reports it).
 type ExitResult struct {
 	// Detached: the workload did not end; the daemon stopped watching it.
 	Detached  bool   `json:"detached,omitempty"`

@@ -14,6 +14,8 @@ import (
 	"errors"
 	"io"
 	"time"
+
+	"github.com/suanli/suanli/node/api"
 )
 
 // Executor runs a lease's workload on its GPUs. The lease logic knows only
@@ -111,23 +113,11 @@ type Detacher interface {
 	Detach()
 }
 
-// ExitResult is how a workload ended.
-type ExitResult struct {
-	// Detached: the workload did not end; the daemon stopped watching it
-	// (see Detacher).
-	Detached  bool   `json:"detached,omitempty"`
-	Code      int    `json:"code"`                 // exit code; -1 when killed by a signal or never run
-	Signal    string `json:"signal,omitempty"`     // the signal that killed it
-	OOMKilled bool   `json:"oom_killed,omitempty"` // the kernel killed it for memory
-	Error     string `json:"error,omitempty"`      // why it could not run or be watched, if so
-}
+// ExitResult is how a workload ended; the API shows it as it is.
+type ExitResult = api.ExitResult
 
 // Endpoint is a published container port.
-type Endpoint struct {
-	ContainerPort uint16 `json:"container_port"`
-	Host          string `json:"host"`
-	HostPort      uint16 `json:"host_port"`
-}
+type Endpoint = api.Endpoint
 
 // Info describes a workload.
 type Info struct {
