@@ -64,6 +64,9 @@ type options struct {
 	creditLimit    string // decimal, or "none"
 	creditCurrency string
 	host           host.Host // see WithHost (host_option.go)
+	// sweepEvery is how often expired orders leave the replicas; tests
+	// shorten it (export_test.go). Default defaultSweepInterval.
+	sweepEvery time.Duration
 }
 
 // WithRepo sets the repo directory. Required.
@@ -389,7 +392,7 @@ func New(opts ...Option) (_ *Node, err error) {
 	}
 	n.startAttest(o)
 	n.wg.Add(1)
-	go n.crossLoop()
+	go n.crossLoop(cmpOrDuration(o.sweepEvery, defaultSweepInterval))
 	if apiAddr != "" {
 		if n.api, err = startAPI(n, apiAddr); err != nil {
 			return nil, err
