@@ -371,8 +371,8 @@ func (n *Node) applyFill(ev *p2p.BookEvent) {
 			n.log.Warn("fill refused by the book", "fill", f.ID, "err", err)
 		}
 		if isFillEvidence(err) && ev.Raw != nil {
-			if perr := n.store.putFillEvidence(f, ev.Raw, err, now); perr != nil {
-				n.log.Error("storing fill evidence failed", "fill", f.ID, "err", perr)
+			if perr := n.putFillEvidence(f, ev.Raw, err, now); perr != nil {
+				n.storeFailed(&storeError{what: "fill evidence", err: perr}, f.ID)
 			}
 		}
 		return
@@ -402,8 +402,9 @@ func (n *Node) applyFill(ev *p2p.BookEvent) {
 		n.leaseFromFill(ev)
 	}
 	n.metrics.fills.Inc()
-	if err := n.store.putFill(f.ID, f.Time, ev.Raw); err != nil {
-		n.log.Warn("storing fill failed", "fill", f.ID, "err", err)
+	if err := n.store.PutFill(f.ID, f.Time, ev.Raw); err != nil {
+		// The lease keeps the signed fill in its own record too.
+		n.storeFailed(&storeError{what: "fill", err: err}, ev.Lease.Id)
 	}
 	n.recordHistory(f, index)
 	n.log.Info("trade", "market", f.Market, "count", f.Quantity, "price", market.FormatMicros(f.Price, f.Currency),

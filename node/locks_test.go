@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/suanli/suanli/gpu"
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/devnet"
 	"github.com/suanli/suanli/p2p"
 )
 
@@ -90,5 +92,150 @@ func TestSyncAnswerLeavesOutExpired(t *testing.T) {
 	}
 	if ids := synced(); slices.Contains(ids, bid.ID) {
 		t.Errorf("sync answer orders = %v, want no expired bid %s", ids, bid.ID)
+	}
+}
+
+// TestLeaseViewWhileWorkloadStops: a workload that ignores SIGTERM takes
+// the whole stop grace to go; the provider's lease view answers during
+// it (showing the lease ending), and the lease closes once the workload
+// is killed, its exit recorded.
+func TestLeaseViewWhileWorkloadStops(t *testing.T) {
+	provider, buyer := startLeaseNet(t, node.WithExecutors("reserve", "process"))
+	ctx := marketCtx(t)
+	id := trade(t, ctx, provider, buyer, "60s", "sh", "-c", `trap "" TERM; echo ready; while :; do sleep 0.1; done`)
+	waitFor(t, ctx, "the workload to run", func() (bool, string) {
+		logs, err := buyer.Logs(ctx, id, 0)
+		return err == nil && len(logs.Chunks) > 0, sprint(logs, err)
+	})
+	if _, err := buyer.CloseLease(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the provider's view of the lease while its workload stops", func() (bool, string) {
+		v, err := provider.Lease(ctx, id)
+		return err == nil && v.State == "ending", sprint(v, err)
+	})
+	v := waitLeaseClosed(t, ctx, provider, id)
+	if v.Reason != "buyer-closed" || v.Exit == nil || v.Exit.Signal == "" {
+		t.Errorf("provider's lease = %+v (exit %+v), want closed by the buyer, the workload killed by a signal", v, v.Exit)
+	}
+}
+
+// slowAttest is a simulated machine whose attestation blocks, once
+// turned slow, until released: an NVML attestation that takes long.
+type slowAttest struct {
+	gpu.Backend
+	slow    atomic.Bool
+	once    sync.Once
+	entered chan struct{} // closed when a slow attestation starts
+	release chan struct{}
+}
+
+func (b *slowAttest) Attest(nonce []byte, uuids ...string) ([]gpu.Evidence, error) {
+	if b.slow.Load() {
+		b.once.Do(func() { close(b.entered) })
+		<-b.release
+	}
+	return b.Backend.Attest(nonce, uuids...)
+}
+
+func (b *slowAttest) SetBusy(uuid string, busy bool) {
+	if s, ok := b.Backend.(gpu.Simulator); ok {
+		s.SetBusy(uuid, busy)
+	}
+}
+
+// TestTakeWhileSelfAttestSlow: a provider answering a take of its ask
+// checks its own GPUs first when its verdict is stale; while that check
+// hangs, the provider still answers another take (of its resting bid) and
+// its API still places orders: neither waits for the attestation.
+func TestTakeWhileSelfAttestSlow(t *testing.T) {
+	ctx := marketCtx(t)
+	net, err := devnet.Start(ctx, devnet.Config{Providers: 1, Buyers: 1, Dir: t.TempDir(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { net.Close() })
+	other, buyer := net.Providers[0], net.Buyers[0]
+
+	sim, err := gpu.OpenSim("dgxh100", 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend := &slowAttest{Backend: sim, entered: make(chan struct{}), release: make(chan struct{})}
+	var clk offsetClock
+	p, err := node.New(node.WithRepo(t.TempDir()), node.WithAutoInit(), node.WithListen("/ip4/127.0.0.1/tcp/0"),
+		node.WithAPI("127.0.0.1:0"), node.WithLogger(quiet), node.WithOfferTTL(10*time.Minute), node.WithBillingInterval(time.Second),
+		node.WithGPUBackend(backend), node.WithRegion("CN-GZ"), node.WithPrice("2.49", "USD"), node.WithBootstrap(other.Addrs()...),
+		node.WithClock(clk.now), node.WithAttestWindow(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	var released sync.Once
+	unblock := func() { released.Do(func() { close(backend.release) }) }
+	t.Cleanup(unblock) // before p closes: Close waits for the take in flight
+	if err := net.WaitPublished(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*node.Node{buyer, other} {
+		if _, err := devnet.WaitFound(ctx, n, node.OfferQuery{}, 2); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.JoinMarket(ctx, h100); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	ask, err := p.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: 2, Price: "2.40", MinDuration: "1s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bid := restingBid(t, ctx, p, "10m")
+	waitFor(t, ctx, "the buyer to hold p's ask and the other provider p's bid", func() (bool, string) {
+		return buyer.HoldsOrder(h100, "USD", ask.ID) && other.HoldsOrder(h100, "USD", bid.ID), "not yet"
+	})
+
+	// p's verdict on itself goes stale; its next check hangs.
+	backend.slow.Store(true)
+	clk.advance(2 * time.Second)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		buyer.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 1, Price: "2.40", Duration: "1h", IOC: true})
+	}()
+	t.Cleanup(wg.Wait)
+	select {
+	case <-backend.entered:
+	case <-ctx.Done():
+		t.Fatal("the take of p's ask did not start p's self-attestation")
+	}
+
+	// Another take, of p's bid by the other provider, is answered.
+	sold, err := other.PlaceOrder(ctx, node.OrderRequest{Side: "ask", Market: h100, Count: 1, Price: "0.01", MinDuration: "1s", IOC: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sold.Fills) != 1 || sold.Fills[0].Buyer != p.PeerID().String() {
+		t.Errorf("the other provider's ask = %+v, want it to take p's bid while p's attestation hangs", sold)
+	}
+	// p's API places an order (taking tradeMu) meanwhile.
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.PlaceOrder(ctx, node.OrderRequest{Side: "bid", Market: h100, Count: 1, Price: "0.02", Duration: "1h", IOC: true})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("p.PlaceOrder while its attestation hangs: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("p.PlaceOrder waited for the hanging self-attestation")
+	}
+	select {
+	case <-backend.release:
+		t.Fatal("the attestation was released before the checks")
+	default:
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	badger "github.com/dgraph-io/badger/v4"
 	"github.com/libp2p/go-libp2p/core/peer"
 	gproto "google.golang.org/protobuf/proto"
 
@@ -40,38 +39,23 @@ func (n *Node) Logs(_ context.Context, id string, after uint64) (LogsView, error
 		return LogsView{}, err
 	}
 	v := LogsView{Lease: id, Chunks: []LogChunk{}, Next: after}
-	err = n.store.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte("logs/" + id + "/")})
-		defer it.Close()
-		for it.Seek(logKey(id, after+1)); it.Valid(); it.Next() {
-			k := it.Item().Key()
-			seq := beUint64(k[len(k)-8:])
-			val, err := it.Item().ValueCopy(nil)
-			if err != nil || len(val) == 0 {
-				return err
-			}
-			stream := "stdout"
-			if val[0] == p2p.FrameStderr {
-				stream = "stderr"
-			}
-			v.Chunks = append(v.Chunks, LogChunk{Seq: seq, Stream: stream, Data: string(val[1:])})
-			v.Next = seq
+	err = n.store.Logs(id, after, func(seq uint64, val []byte) bool {
+		if len(val) == 0 {
+			return false
 		}
-		return nil
+		stream := "stdout"
+		if val[0] == p2p.FrameStderr {
+			stream = "stderr"
+		}
+		v.Chunks = append(v.Chunks, LogChunk{Seq: seq, Stream: stream, Data: string(val[1:])})
+		v.Next = seq
+		return true
 	})
 	r.mu.Lock()
 	v.Exit = r.rec.Exit
 	v.Done = r.rec.Exit != nil || (r.ml.State == market.LeaseClosed && n.now().After(r.ml.ClosedAt.Add(5*time.Second)))
 	r.mu.Unlock()
 	return v, err
-}
-
-func beUint64(b []byte) uint64 {
-	var v uint64
-	for _, c := range b {
-		v = v<<8 | uint64(c)
-	}
-	return v
 }
 
 // ReceiptView is one receipt of a lease's chain.
@@ -92,11 +76,11 @@ type ReceiptView struct {
 
 // Receipts implements API: a lease's stored chain, each signature checked.
 func (n *Node) Receipts(_ context.Context, id string) ([]ReceiptView, error) {
-	terms, err := n.store.getLease(id)
+	terms, err := n.store.GetLease(id)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrUnknownLease, id)
 	}
-	chain, err := n.store.receipts(id)
+	chain, err := n.store.Receipts(id)
 	if err != nil {
 		return nil, err
 	}
@@ -147,11 +131,11 @@ type ChainReport struct {
 // VerifyReceipts implements API: every signature and link of a lease's
 // stored chain, checked again.
 func (n *Node) VerifyReceipts(_ context.Context, id string) (ChainReport, error) {
-	terms, err := n.store.getLease(id)
+	terms, err := n.store.GetLease(id)
 	if err != nil {
 		return ChainReport{}, fmt.Errorf("%w: %s", ErrUnknownLease, id)
 	}
-	chain, err := n.store.receipts(id)
+	chain, err := n.store.Receipts(id)
 	if err != nil {
 		return ChainReport{}, err
 	}
@@ -173,11 +157,11 @@ func (n *Node) ExportReceipts(_ context.Context, id string) ([]byte, error) {
 	if err := gproto.Unmarshal(fillB, &fill); err != nil || len(fill.Accept) == 0 {
 		return nil, fmt.Errorf("node: lease %s has no stored signed terms", id)
 	}
-	chain, err := n.store.receipts(id)
+	chain, err := n.store.Receipts(id)
 	if err != nil {
 		return nil, err
 	}
-	return receiptMarshal.Marshal(&proto.ReceiptChain{Lease: fill.Accept, Receipts: chain})
+	return gproto.MarshalOptions{Deterministic: true}.Marshal(&proto.ReceiptChain{Lease: fill.Accept, Receipts: chain})
 }
 
 // VerifyExport checks an exported chain offline: the terms signed by one
