@@ -18,12 +18,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	badger "github.com/dgraph-io/badger/v4"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/suanli/suanli/gpu/attest"
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/internal/store"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -301,13 +301,11 @@ func summarizeGPUs(gs []api.GPUVerdict, verified int) string {
 	return s + ": " + strings.Join(distinct, "; ")
 }
 
-func attestKey(p peer.ID) []byte { return append([]byte("attest/"), p...) }
-
-// saveVerdict stores rep under attest/<peer> and updates the memo.
+// saveVerdict stores rep as the verdict on p and updates the memo.
 func (n *Node) saveVerdict(p peer.ID, rep api.AttestReport) {
 	b, err := json.Marshal(rep)
 	if err == nil {
-		err = n.store.db.Update(func(txn *badger.Txn) error { return txn.Set(attestKey(p), b) })
+		err = n.store.PutVerdict(p, b)
 	}
 	if err != nil {
 		n.log.Warn("storing attestation verdict failed", "provider", p, "err", err)
@@ -336,14 +334,11 @@ func (n *Node) remember(p peer.ID, m attestMemo) {
 // Verdict is the last verdict stored for a provider, read from Badger;
 // ok is false when it was never challenged.
 func (n *Node) Verdict(p peer.ID) (rep api.AttestReport, ok bool, err error) {
-	err = n.store.db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get(attestKey(p))
-		if err != nil {
-			return err
-		}
-		return item.Value(func(v []byte) error { return json.Unmarshal(v, &rep) })
-	})
-	if errors.Is(err, badger.ErrKeyNotFound) {
+	b, err := n.store.Verdict(p)
+	if err == nil {
+		err = json.Unmarshal(b, &rep)
+	}
+	if errors.Is(err, store.ErrNotFound) {
 		return api.AttestReport{}, false, nil
 	}
 	if err != nil {

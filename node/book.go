@@ -372,8 +372,8 @@ func (n *Node) applyFill(ev *p2p.BookEvent) {
 			n.log.Warn("fill refused by the book", "fill", f.ID, "err", err)
 		}
 		if isFillEvidence(err) && ev.Raw != nil {
-			if perr := n.store.putFillEvidence(f, ev.Raw, err, now); perr != nil {
-				n.log.Error("storing fill evidence failed", "fill", f.ID, "err", perr)
+			if perr := n.putFillEvidence(f, ev.Raw, err, now); perr != nil {
+				n.storeFailed(&storeError{what: "fill evidence", err: perr}, f.ID)
 			}
 		}
 		return
@@ -403,8 +403,9 @@ func (n *Node) applyFill(ev *p2p.BookEvent) {
 		n.leaseFromFill(ev)
 	}
 	n.metrics.fills.Inc()
-	if err := n.store.putFill(f.ID, f.Time, ev.Raw); err != nil {
-		n.log.Warn("storing fill failed", "fill", f.ID, "err", err)
+	if err := n.store.PutFill(f.ID, f.Time, ev.Raw); err != nil {
+		// The lease keeps the signed fill in its own record too.
+		n.storeFailed(&storeError{what: "fill", err: err}, ev.Lease.Id)
 	}
 	n.recordHistory(f, index)
 	n.log.Info("trade", "market", f.Market, "count", f.Quantity, "price", market.FormatMicros(f.Price, f.Currency),
@@ -500,8 +501,11 @@ const (
 	resyncBurst = 3
 )
 
-// syncAnswer lists a market's open orders and recent fills for a late joiner.
+// syncAnswer lists a market's open orders and recent fills for a late
+// joiner. An order that has expired is left out even before the sweep
+// drops it from the book.
 func (n *Node) syncAnswer(mkt string) []*proto.BookMessage {
+	now := n.now()
 	n.books.mu.Lock()
 	defer n.books.mu.Unlock()
 	var out []*proto.BookMessage
@@ -512,7 +516,10 @@ func (n *Node) syncAnswer(mkt string) []*proto.BookMessage {
 		for _, r := range s.fills {
 			out = append(out, &proto.BookMessage{Body: &proto.BookMessage_Fill{Fill: r.raw}})
 		}
-		for _, env := range s.envs {
+		for id, env := range s.envs {
+			if o, _, ok := s.book.Lookup(id); !ok || !o.Expires.After(now) {
+				continue
+			}
 			out = append(out, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}})
 		}
 	}
@@ -551,17 +558,25 @@ func (n *Node) kickMarket(mkt string) {
 	}
 }
 
+// defaultSweepInterval is how often the replicas drop expired orders.
+const defaultSweepInterval = 30 * time.Second
+
 // crossLoop makes this node the taker whenever one of its resting orders
-// becomes crossable: a new opposite order arrived at or through its price.
-func (n *Node) crossLoop() {
+// becomes crossable (a new opposite order arrived at or through its
+// price), and sweeps expired orders from the replicas every sweep
+// interval. The sweep runs on a ticker, not a timer re-armed by each kick:
+// steady traffic must not put it off forever.
+func (n *Node) crossLoop(every time.Duration) {
 	defer n.wg.Done()
+	sweep := time.NewTicker(every)
+	defer sweep.Stop()
 	for {
 		select {
 		case <-n.ctx.Done():
 			return
 		case mkt := <-n.books.kick:
 			n.takeCrossing(mkt)
-		case <-time.After(30 * time.Second):
+		case <-sweep.C:
 			n.sweepBooks()
 		}
 	}

@@ -4,10 +4,9 @@ import (
 	"errors"
 	"time"
 
-	badger "github.com/dgraph-io/badger/v4"
-
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/internal/store"
 	"github.com/suanli/suanli/proto"
 )
 
@@ -20,16 +19,16 @@ import (
 // (market.MarkLeased). The end is the agreed one; a hold without stored
 // terms (a take still in flight) counts until the hold lapses.
 func (n *Node) markLeased(gpus []*proto.GPU, now time.Time) error {
-	holds, err := n.store.gpuHolds(now)
+	holds, err := n.store.GPUHolds(now)
 	if err != nil {
 		return err
 	}
 	ends := make(map[string]time.Time, len(holds))
 	for uuid, h := range holds {
-		ends[uuid] = h.until
-		if terms, err := n.store.getLease(h.lease); err == nil {
+		ends[uuid] = h.Until
+		if terms, err := n.store.GetLease(h.Lease); err == nil {
 			ends[uuid] = market.LeaseEnd(terms)
-		} else if !errors.Is(err, badger.ErrKeyNotFound) {
+		} else if !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
 	}
@@ -81,32 +80,4 @@ func withCapacity(v api.OfferView, o *proto.Offer, f market.OfferFilter, now tim
 		}
 	}
 	return v
-}
-
-// gpuHold is one GPU reservation: the lease (or take) holding it, until.
-type gpuHold struct {
-	lease string
-	until time.Time
-}
-
-// gpuHolds lists the GPUs held at now, by UUID (see reserveGPUs).
-func (s *store) gpuHolds(now time.Time) (map[string]gpuHold, error) {
-	out := map[string]gpuHold{}
-	err := s.scan("gpu/", func(k, v []byte) error {
-		lease, until := decodeReservation(v)
-		if until > now.UnixMilli() {
-			out[string(k)] = gpuHold{lease: lease, until: time.UnixMilli(until)}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	active, err := s.activeBlocks(now) // forward blocks that have begun
-	for u, h := range active {
-		if _, ok := out[u]; !ok {
-			out[u] = h
-		}
-	}
-	return out, err
 }

@@ -72,7 +72,7 @@ func validAPIAddr(addr string) error {
 		return fmt.Errorf("api %q: want host:port or unix:/path: %v", addr, err)
 	}
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return fmt.Errorf("api %q: the local API binds loopback or a unix socket only", addr)
+		return fmt.Errorf("api %q: the local api.API binds loopback or a unix socket only", addr)
 	}
 	if _, err := net.LookupPort("tcp", port); err != nil {
 		return fmt.Errorf("api %q: port: %v", addr, err)

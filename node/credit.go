@@ -123,8 +123,7 @@ func (n *Node) paymentsOf(buyer peer.ID) (*market.Ledger, error) {
 		return l, nil
 	}
 	l := market.NewLedger([]byte(n.host.ID()))
-	prefix := "payment/" + n.host.ID().String() + "/" + buyer.String() + "/"
-	err := n.store.scan(prefix, func(_, v []byte) error {
+	err := n.store.PaymentsBetween(n.host.ID(), buyer, func(_ uint64, v []byte) error {
 		ack, _, err := p2p.Open[*proto.PaymentAck](v, proto.MaxReceiptSize)
 		if err != nil {
 			return err

@@ -35,7 +35,7 @@ func benchCreditNode(b *testing.B, payments, leases int) (*Node, peer.ID) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := n.store.putPayment(ack, env); err != nil {
+		if err := n.putPayment(ack, env); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -18,7 +18,7 @@ func DashboardURL(repo string, readOnly bool) (string, error) {
 		return "", err
 	}
 	if strings.HasPrefix(ep.Addr, "unix:") {
-		return "", fmt.Errorf("node: the API listens on %s: a browser needs a host:port API (config \"api\")", ep.Addr)
+		return "", fmt.Errorf("node: the api.API listens on %s: a browser needs a host:port api.API (config \"api\")", ep.Addr)
 	}
 	tok := ep.Token
 	if readOnly {

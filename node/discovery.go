@@ -94,7 +94,7 @@ func (n *Node) lookupOffers(ctx context.Context, key string, newest bool) (map[p
 		n.metrics.found.Inc()
 		n.rememberOffer(fo.Provider, fo.Offer)
 		offers[fo.Provider] = n.cachedOffer(fo.Provider, fo.Offer)
-		if err := n.store.putOffer(fo.Provider, fo.Envelope); err != nil {
+		if err := n.store.PutOffer(fo.Provider, fo.Envelope); err != nil {
 			n.log.Warn("caching offer failed", "err", err)
 		}
 	}

@@ -3,7 +3,6 @@ package node
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	badger "github.com/dgraph-io/badger/v4"
 	"github.com/libp2p/go-libp2p/core/peer"
 	gproto "google.golang.org/protobuf/proto"
 
@@ -22,10 +20,9 @@ import (
 )
 
 // Evidence is what a node keeps of other peers' signed misbehaviour, for
-// its operator and for a third party:
-//
-//	evidence/<lease id>/<seq BE>   proto.ReceiptChain: two receipts a provider signed with one seq
-//	fillevidence/<fill id>         fillEvidence (JSON): a doubly-signed fill this node's book refused
+// its operator and for a third party: two receipts a provider signed with
+// one seq (store.PutEvidence), and a doubly-signed fill this node's book
+// refused (fillEvidence, store.PutFillEvidence).
 
 // Kinds of evidence.
 const (
@@ -51,16 +48,17 @@ type evidenceExport struct {
 	Reason   string   `json:"reason,omitempty"`   // what the exporting node's book said
 }
 
-func fillEvidenceKey(id string) []byte { return []byte("fillevidence/" + id) }
-
 // putFillEvidence keeps a doubly-signed fill the book refused.
-func (s *store) putFillEvidence(f market.Fill, raw *proto.Fill, err error, at time.Time) error {
+func (n *Node) putFillEvidence(f market.Fill, raw *proto.Fill, err error, at time.Time) error {
 	b, merr := gproto.Marshal(raw)
 	if merr != nil {
 		return merr
 	}
-	v, _ := json.Marshal(fillEvidence{Fill: b, Reason: market.Reason(err), Error: err.Error(), At: at.UTC(), Buyer: f.Buyer, Seller: f.Provider})
-	return s.syncUpdate(func(txn *badger.Txn) error { return txn.Set(fillEvidenceKey(f.ID), v) })
+	v, merr := json.Marshal(fillEvidence{Fill: b, Reason: market.Reason(err), Error: err.Error(), At: at.UTC(), Buyer: f.Buyer, Seller: f.Provider})
+	if merr != nil {
+		return merr
+	}
+	return n.store.PutFillEvidence(f.ID, v)
 }
 
 // isFillEvidence reports whether a refusal of a fill whose signatures
@@ -80,12 +78,7 @@ func (n *Node) Evidence(_ context.Context, who string) (_ []api.EvidenceView, er
 		}
 	}
 	var out []api.EvidenceView
-	err = n.store.scan("evidence/", func(k, v []byte) error {
-		rest := strings.TrimPrefix(string(k), "evidence/")
-		if len(rest) < 9 {
-			return nil
-		}
-		lease, seq := rest[:len(rest)-9], binary.BigEndian.Uint64(k[len(k)-8:])
+	err = n.store.Evidence(func(lease string, seq uint64, v []byte) error {
 		ev := api.EvidenceView{ID: fmt.Sprintf("receipt/%s/%d", lease, seq), Kind: EvidenceEquivocation, Lease: lease, Seq: seq,
 			Reason: "two different receipts signed with one seq"}
 		var rc proto.ReceiptChain
@@ -100,12 +93,11 @@ func (n *Node) Evidence(_ context.Context, who string) (_ []api.EvidenceView, er
 	if err != nil {
 		return nil, err
 	}
-	err = n.store.scan("fillevidence/", func(k, v []byte) error {
+	err = n.store.FillEvidence(func(id string, v []byte) error {
 		var fe fillEvidence
 		if json.Unmarshal(v, &fe) != nil {
 			return nil
 		}
-		id := strings.TrimPrefix(string(k), "fillevidence/")
 		out = append(out, api.EvidenceView{ID: "fill/" + id, Kind: EvidenceRefusedFill, Fill: id, Peers: []string{fe.Buyer, fe.Seller},
 			Reason: fe.Reason + ": " + fe.Error, At: fe.At})
 		return nil
@@ -135,15 +127,7 @@ func (n *Node) ExportEvidence(_ context.Context, id string) (_ []byte, err error
 		if _, err := fmt.Sscan(rest[i+1:], &seq); err != nil {
 			return nil, api.BadRequest("evidence id %q: seq: %v", id, err)
 		}
-		var v []byte
-		err := n.store.db.View(func(txn *badger.Txn) error {
-			it, err := txn.Get(binary.BigEndian.AppendUint64([]byte("evidence/"+rest[:i]+"/"), seq))
-			if err != nil {
-				return err
-			}
-			v, err = it.ValueCopy(nil)
-			return err
-		})
+		v, err := n.store.GetEvidence(rest[:i], seq)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s", api.ErrUnknownEvidence, id)
 		}
@@ -153,15 +137,7 @@ func (n *Node) ExportEvidence(_ context.Context, id string) (_ []byte, err error
 		}
 		x = evidenceExport{Kind: EvidenceEquivocation, Receipts: [][]byte{rc.Receipts[0].Receipt, rc.Receipts[1].Receipt}}
 	case "fill":
-		var v []byte
-		err := n.store.db.View(func(txn *badger.Txn) error {
-			it, err := txn.Get(fillEvidenceKey(rest))
-			if err != nil {
-				return err
-			}
-			v, err = it.ValueCopy(nil)
-			return err
-		})
+		v, err := n.store.GetFillEvidence(rest)
 		var fe fillEvidence
 		if err != nil || json.Unmarshal(v, &fe) != nil {
 			return nil, fmt.Errorf("%w: %s", api.ErrUnknownEvidence, id)

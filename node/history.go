@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -10,8 +9,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	badger "github.com/dgraph-io/badger/v4"
 
 	"github.com/suanli/suanli/gpu"
 	"github.com/suanli/suanli/market"
@@ -33,15 +30,8 @@ const (
 	maxPageSize       = 500
 )
 
-// Badger keys of the price history:
-//
-//	hist/<market>/<currency>/<unix-ms BE>/<fill id>   histPoint (histPointLen bytes)
-func histPrefix(mkt, cur string) []byte { return []byte("hist/" + mkt + "/" + cur + "/") }
-
-func histKey(mkt, cur string, at time.Time, fill string) []byte {
-	k := binary.BigEndian.AppendUint64(histPrefix(mkt, cur), uint64(at.UnixMilli()))
-	return append(append(k, '/'), fill...)
-}
+// The price history is one point per applied fill, under
+// store.HistKey (market, currency, time, fill).
 
 // histPoint is the stored value: price, count, index (0: none).
 type histPoint struct {
@@ -76,26 +66,10 @@ func decodeHistPoint(b []byte) (histPoint, error) {
 	return p, nil
 }
 
-// decodeHistKey splits a history key under prefix into time and fill ID.
-func decodeHistKey(prefix, k []byte) (time.Time, string, error) {
-	rest, ok := bytes.CutPrefix(k, prefix)
-	if !ok || len(rest) < 9 || rest[8] != '/' {
-		return time.Time{}, "", fmt.Errorf("%w: key %q", errCorruptHistory, k)
-	}
-	ms := int64(binary.BigEndian.Uint64(rest))
-	if ms < 0 {
-		return time.Time{}, "", fmt.Errorf("%w: key time %d", errCorruptHistory, ms)
-	}
-	return time.UnixMilli(ms).UTC(), string(rest[9:]), nil
-}
-
 // recordHistory stores one applied fill and the index after it.
 func (n *Node) recordHistory(f market.Fill, index int64) {
 	p := histPoint{price: f.Price, count: f.Quantity, index: index}
-	err := n.store.db.Update(func(txn *badger.Txn) error {
-		return txn.Set(histKey(f.Market, f.Currency, f.Time, f.ID), p.encode())
-	})
-	if err != nil {
+	if err := n.store.PutHistory(f.Market, f.Currency, f.Time, f.ID, p.encode()); err != nil {
 		n.log.Warn("storing price history failed", "fill", f.ID, "err", err)
 	}
 }
@@ -120,32 +94,25 @@ func (n *Node) History(_ context.Context, mkt, currency string, q api.HistoryQue
 		limit = maxHistoryPoints
 	}
 	v := api.HistoryView{Market: mkt, Currency: cur, Points: []api.PricePoint{}}
-	prefix := histPrefix(mkt, cur)
-	err = n.store.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true, PrefetchValues: true, PrefetchSize: 100})
-		defer it.Close()
-		for it.Seek(append(bytes.Clone(prefix), 0xff)); it.Valid() && len(v.Points) < limit; it.Next() {
-			item := it.Item()
-			at, id, err := decodeHistKey(prefix, item.Key())
-			if err != nil {
-				n.log.Warn("skipping history entry", "err", err)
-				continue
-			}
-			if !q.Since.IsZero() && at.Before(q.Since) {
-				break
-			}
-			var p histPoint
-			if err := item.Value(func(b []byte) (err error) { p, err = decodeHistPoint(b); return err }); err != nil {
-				n.log.Warn("skipping history entry", "err", err)
-				continue
-			}
-			pp := api.PricePoint{Time: at, Fill: id, Price: market.FormatMicros(p.price, cur), PriceMicros: p.price, Count: p.count}
-			if p.index > 0 {
-				pp.Index, pp.IndexMicros = market.FormatMicros(p.index, cur), p.index
-			}
-			v.Points = append(v.Points, pp)
+	err = n.store.History(mkt, cur, func(at time.Time, id string, b []byte, err error) bool {
+		if err != nil {
+			n.log.Warn("skipping history entry", "err", err)
+			return true
 		}
-		return nil
+		if !q.Since.IsZero() && at.Before(q.Since) {
+			return false
+		}
+		p, err := decodeHistPoint(b)
+		if err != nil {
+			n.log.Warn("skipping history entry", "err", err)
+			return true
+		}
+		pp := api.PricePoint{Time: at, Fill: id, Price: market.FormatMicros(p.price, cur), PriceMicros: p.price, Count: p.count}
+		if p.index > 0 {
+			pp.Index, pp.IndexMicros = market.FormatMicros(p.index, cur), p.index
+		}
+		v.Points = append(v.Points, pp)
+		return len(v.Points) < limit
 	})
 	if err != nil {
 		return api.HistoryView{}, err

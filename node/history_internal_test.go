@@ -116,22 +116,6 @@ func FuzzDecodeHistPoint(f *testing.F) {
 	})
 }
 
-func FuzzDecodeHistKey(f *testing.F) {
-	prefix := histPrefix("nvidia-h100-sxm5-80gb", "USD")
-	f.Add(histKey("nvidia-h100-sxm5-80gb", "USD", time.UnixMilli(1_700_000_000_000), "abc"))
-	f.Add(prefix)
-	f.Add([]byte("hist/x"))
-	f.Fuzz(func(t *testing.T, k []byte) {
-		at, id, err := decodeHistKey(prefix, k)
-		if err != nil {
-			return
-		}
-		if got := histKey("nvidia-h100-sxm5-80gb", "USD", at, id); !bytes.Equal(got, k) {
-			t.Errorf("decodeHistKey(%q) = %v %q, re-encodes as %q", k, at, id, got)
-		}
-	})
-}
-
 // FuzzConfigSet: any key and value either leave the config unchanged with
 // a bad-request error or give a config that validates and reads back.
 func FuzzConfigSet(f *testing.F) {

@@ -3,7 +3,6 @@ package node
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	badger "github.com/dgraph-io/badger/v4"
 	"github.com/libp2p/go-libp2p/core/peer"
 	gproto "google.golang.org/protobuf/proto"
 
@@ -23,13 +21,10 @@ import (
 	"github.com/suanli/suanli/proto"
 )
 
-// Lease keys (all written with synced writes):
-//
-//	leasestate/<lease id>            leaseRecord (JSON): role, state, executor, exit
-//	receipt/<lease id>/<seq BE>      proto.SignedReceipt, countersigned or not yet
-//	evidence/<lease id>/<seq BE>     proto.ReceiptChain: two receipts, one seq
-//	payment/<provider>/<buyer>/<seq> sealed proto.PaymentAck
-//	logs/<lease id>/<seq BE>         one output chunk: kind byte ('o', 'e') + data
+// A lease is stored as its terms (store.PutLease), its record
+// (leaseRecord as JSON, store.PutLeaseRecord), its receipts, the evidence
+// against its provider and its workload's output; the keys are in
+// internal/store/keys.go.
 
 // leaseStopGrace is how long a workload gets between SIGTERM and SIGKILL.
 const leaseStopGrace = 2 * time.Second
@@ -81,6 +76,9 @@ type leaseRun struct {
 	logSeq uint64
 	wake   chan struct{}
 	active bool // a loop is running
+	// stopping: the lease is closed and its workload is being stopped
+	// (endLocked); the GPUs are handed back once it has stopped.
+	stopping bool
 	// resumedAt is when this node took the lease up again after a
 	// restart: its own downtime does not count against the buyer.
 	resumedAt time.Time
@@ -156,13 +154,13 @@ func (n *Node) startLeases(o options) error {
 		defer n.leases.handlers.Done()
 		n.handleExec(ctx, from, req, out)
 	})
-	recs, err := n.store.leaseRecords()
+	recs, err := n.leaseRecords()
 	if err != nil {
 		return err
 	}
 	now := n.now()
 	for id, rec := range recs {
-		terms, err := n.store.getLease(id)
+		terms, err := n.store.GetLease(id)
 		if err != nil {
 			n.log.Warn("lease without terms", "lease", id, "err", err)
 			continue
@@ -187,7 +185,7 @@ func (n *Node) startLeases(o options) error {
 				r.rec.HeldSince = now.UnixMilli()
 				r.exec, _ = executor.ReserveExecutor{}.Start(n.ctx, Workload{})
 				r.rec.Executor = ExecReserve
-				if err := n.store.putLeaseRecord(id, &r.rec); err != nil {
+				if err := n.putLeaseRecord(id, &r.rec); err != nil {
 					return fmt.Errorf("node: resuming lease %s: %w", id, err)
 				}
 			}
@@ -269,7 +267,7 @@ func (n *Node) replayLease(terms *proto.Lease, rec leaseRecord) (*leaseRun, erro
 	if !rec.StartedAt.IsZero() {
 		ml.Start(rec.StartedAt)
 	}
-	chain, err := n.store.receipts(terms.Id)
+	chain, err := n.store.Receipts(terms.Id)
 	if err != nil {
 		return nil, err
 	}
@@ -292,7 +290,7 @@ func (n *Node) replayLease(terms *proto.Lease, rec leaseRecord) (*leaseRun, erro
 			}
 		}
 	}
-	r.logSeq, _ = n.store.lastLogSeq(terms.Id)
+	r.logSeq, _ = n.store.LastLogSeq(terms.Id)
 	if rec.State >= market.LeaseEnding && rec.Reason != 0 {
 		if rec.Reason == market.CloseFailed {
 			ml.Fail(rec.EndingAt)
@@ -367,11 +365,10 @@ func (n *Node) leaseFromFill(ev *p2p.BookEvent) {
 	}
 	r.ml.Start(start)
 	r.syncRecord()
-	err = n.store.putLeaseRecord(terms.Id, &r.rec)
-	r.mu.Unlock()
-	if err != nil {
-		n.log.Error("storing lease state failed", "lease", terms.Id, "err", err)
+	if err := n.putLeaseRecord(terms.Id, &r.rec); err != nil {
+		n.failStoreLocked(r, "lease record", err)
 	}
+	r.mu.Unlock()
 	n.log.Info("lease started", "lease", terms.Id, "role", role, "gpus", len(terms.Gpus))
 	n.runLease(r)
 	if role == market.RoleBuyer && r.rec.Workload != nil {
@@ -473,13 +470,25 @@ func (n *Node) providerStep(r *leaseRun) bool {
 		n.endLocked(r, market.CloseUnpaid, r.billedTo(), note)
 		notify = market.CloseUnpaid
 	}
+	var failNote string
 	for {
 		w, ok := r.ml.Due(now)
 		if !ok {
 			break
 		}
 		if err := n.billLocked(r, w, now); err != nil {
-			n.log.Error("billing failed", "lease", r.id, "err", err)
+			if se := (*storeError)(nil); errors.As(err, &se) {
+				// The receipt is not stored: it is never sent, and the
+				// lease cannot go on billing.
+				n.storeFailed(se, r.id)
+				if r.ml.State == market.LeaseRunning || r.ml.State == market.LeaseStarting {
+					failNote = se.Error()
+					n.endLocked(r, market.CloseFailed, now, failNote)
+					notify = market.CloseFailed
+				}
+			} else {
+				n.log.Error("billing failed", "lease", r.id, "err", err)
+			}
 			break
 		}
 		if note, over := n.overCreditLocked(others, limited, r, now); over {
@@ -489,7 +498,9 @@ func (n *Node) providerStep(r *leaseRun) bool {
 	}
 	closedAt := r.ml.ClosedAt
 	r.mu.Unlock()
-	if notify != 0 {
+	if notify == market.CloseFailed {
+		n.sendClose(r, notify, closedAt, failNote)
+	} else if notify != 0 {
 		n.sendClose(r, notify, closedAt)
 	}
 	n.sendPending(r)
@@ -498,8 +509,11 @@ func (n *Node) providerStep(r *leaseRun) bool {
 	return r.ml.State == market.LeaseClosed && !n.leaseUnsettled(r, n.now())
 }
 
-// endLocked ends and closes a lease at now for reason: the workload stops
-// and the GPUs are handed back. Holds r.mu.
+// endLocked ends and closes a lease at at for reason. Its workload is
+// stopped (up to leaseStopGrace) without r.mu, so that views and the
+// lease's messages never wait for it; the exit is recorded, the record
+// stored and the GPUs handed back once it has stopped. Until then the
+// lease shows as ending. Holds r.mu.
 func (n *Node) endLocked(r *leaseRun, reason market.CloseReason, at time.Time, note string) {
 	var err error
 	if reason == market.CloseFailed {
@@ -511,20 +525,6 @@ func (n *Node) endLocked(r *leaseRun, reason market.CloseReason, at time.Time, n
 		n.log.Warn("lease end refused", "lease", r.id, "reason", reason, "err", err)
 		return
 	}
-	if r.exec != nil {
-		if err := r.exec.Stop(leaseStopGrace); err != nil {
-			n.log.Warn("stopping the workload failed", "lease", r.id, "err", err)
-		}
-		if r.rec.Executor != ExecReserve && r.rec.Executor != "" && r.rec.Exit == nil {
-			res := r.exec.Result()
-			r.rec.Exit = &res
-		}
-		if r.rec.Info != nil {
-			info := r.exec.Info()
-			r.rec.Info.State = cmpOr(info.State, "exited")
-		}
-		r.rec.Pgid = 0
-	}
 	if r.ml.State == market.LeaseEnding {
 		r.ml.Close(at)
 	}
@@ -532,14 +532,93 @@ func (n *Node) endLocked(r *leaseRun, reason market.CloseReason, at time.Time, n
 	if note != "" {
 		r.rec.Note = note
 	}
-	if err := n.store.putLeaseRecord(r.id, &r.rec); err != nil {
-		n.log.Error("storing lease state failed", "lease", r.id, "err", err)
+	ex := r.exec
+	if ex == nil {
+		n.closedLocked(r, nil)
+		return
+	}
+	r.stopping = true
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := ex.Stop(leaseStopGrace); err != nil {
+			n.log.Warn("stopping the workload failed", "lease", r.id, "err", err)
+		}
+		r.mu.Lock()
+		n.closedLocked(r, ex)
+		r.mu.Unlock()
+		r.poke()
+	}()
+}
+
+// closedLocked finishes a lease's end once its workload ex (nil: none)
+// has stopped: the exit recorded, the record stored, the GPUs handed
+// back. Holds r.mu.
+func (n *Node) closedLocked(r *leaseRun, ex Execution) {
+	if ex != nil {
+		if r.rec.Executor != ExecReserve && r.rec.Executor != "" && r.rec.Exit == nil {
+			res := ex.Result()
+			r.rec.Exit = &res
+		}
+		if r.rec.Info != nil {
+			info := ex.Info()
+			r.rec.Info.State = cmpOr(info.State, "exited")
+		}
+		r.rec.Pgid = 0
+	}
+	r.stopping = false
+	r.syncRecord()
+	if err := n.putLeaseRecord(r.id, &r.rec); err != nil {
+		// Closed already: nothing more to end; the resumed lease ends again.
+		n.storeFailed(&storeError{what: "lease record", err: err}, r.id)
 	}
 	if r.rec.Role == market.RoleProvider {
-		n.store.releaseGPUs(r.terms.Gpus, r.id)
+		if err := n.store.ReleaseGPUs(r.terms.Gpus, r.id); err != nil {
+			n.storeFailed(&storeError{what: "GPU release", err: err}, r.id) // the holds lapse at their end
+		}
 		n.leaseEnded() // capacity.go
 	}
-	n.log.Info("lease closed", "lease", r.id, "reason", reason, "role", r.rec.Role)
+	n.log.Info("lease closed", "lease", r.id, "reason", r.ml.Reason, "role", r.rec.Role)
+}
+
+// storeError is a failed write of the store on the money path.
+type storeError struct {
+	what string
+	err  error
+}
+
+func (e *storeError) Error() string { return "storing " + e.what + " failed: " + e.err.Error() }
+func (e *storeError) Unwrap() error { return e.err }
+
+// storeFailed logs and counts a failed write on the money path.
+func (n *Node) storeFailed(e *storeError, lease string) {
+	n.metrics.storeErrors.WithLabelValues(e.what).Inc()
+	n.log.Error("store write failed", "what", e.what, "lease", lease, "err", e.err)
+}
+
+// failStoreLocked ends a running lease as failed after a failed write of
+// what, the error as its note, and tells the counterparty (in the
+// background: r.mu is held). A closed lease only logs and counts it.
+// Holds r.mu.
+func (n *Node) failStoreLocked(r *leaseRun, what string, err error) {
+	se := &storeError{what: what, err: err}
+	n.storeFailed(se, r.id)
+	if r.ml.State != market.LeaseRunning && r.ml.State != market.LeaseStarting {
+		return
+	}
+	note := se.Error()
+	n.endLocked(r, market.CloseFailed, n.now(), note)
+	at := r.ml.ClosedAt
+	reason := market.CloseFailed
+	if r.rec.Role == market.RoleBuyer {
+		reason = market.CloseBuyer // a buyer's reason to give the provider
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.sendClose(r, reason, at, note)
+		r.poke()
+	}()
 }
 
 // sample reads the leased GPUs' telemetry into the window's meters.
@@ -607,8 +686,8 @@ func (n *Node) billLocked(r *leaseRun, w market.Window, now time.Time) error {
 	if err := r.ml.AddReceipt(rc, hash, now); err != nil {
 		return err
 	}
-	if err := n.store.putReceipt(r.id, rc.Seq, &proto.SignedReceipt{Receipt: env}); err != nil {
-		return err
+	if err := n.store.PutReceipt(r.id, rc.Seq, &proto.SignedReceipt{Receipt: env}); err != nil {
+		return &storeError{what: "receipt", err: err}
 	}
 	clear(r.meter)
 	return nil
@@ -621,7 +700,7 @@ func (n *Node) sendPending(r *leaseRun) {
 	from, to := r.ml.Countersigned.Seq+1, r.ml.Chain.Seq
 	r.mu.Unlock()
 	for seq := from; seq <= to; seq++ {
-		sr, err := n.store.getReceipt(r.id, seq)
+		sr, err := n.store.GetReceipt(r.id, seq)
 		if err != nil {
 			return
 		}
@@ -637,6 +716,9 @@ func (n *Node) sendPending(r *leaseRun) {
 			return
 		}
 		if err := n.takeCountersign(r, sr, body); err != nil {
+			if se := (*storeError)(nil); errors.As(err, &se) {
+				return // the lease failed (takeCountersign)
+			}
 			n.metrics.rejects.WithLabelValues("countersign", market.Reason(err)).Inc()
 			n.log.Warn("countersignature refused", "lease", r.id, "seq", seq, "err", err)
 			return
@@ -664,8 +746,9 @@ func (n *Node) takeCountersign(r *leaseRun, sr *proto.SignedReceipt, csEnv []byt
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := n.store.putReceipt(r.id, rc.Seq, &proto.SignedReceipt{Receipt: sr.Receipt, Countersign: csEnv}); err != nil {
-		return err
+	if err := n.store.PutReceipt(r.id, rc.Seq, &proto.SignedReceipt{Receipt: sr.Receipt, Countersign: csEnv}); err != nil {
+		n.failStoreLocked(r, "countersigned receipt", err)
+		return &storeError{what: "countersigned receipt", err: err}
 	}
 	return r.ml.AddCountersign(cs, n.now())
 }
@@ -744,7 +827,7 @@ func (n *Node) takeReceipt(from peer.ID, env []byte) ([]byte, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if rc.Seq > 0 && rc.Seq <= r.ml.Chain.Seq {
-		stored, err := n.store.getReceipt(r.id, rc.Seq)
+		stored, err := n.store.GetReceipt(r.id, rc.Seq)
 		if err != nil {
 			return nil, err
 		}
@@ -752,7 +835,9 @@ func (n *Node) takeReceipt(from peer.ID, env []byte) ([]byte, error) {
 			ev := market.DetectEquivocation(
 				market.SignedReceiptDecoded{Receipt: mustReceipt(stored.Receipt), Hash: proto.ReceiptHash(stored.Receipt)},
 				market.SignedReceiptDecoded{Receipt: rc, Hash: hash})
-			n.store.putEvidence(r.id, rc.Seq, stored.Receipt, env)
+			if err := n.store.PutEvidence(r.id, rc.Seq, stored.Receipt, env); err != nil {
+				n.storeFailed(&storeError{what: "evidence", err: err}, r.id)
+			}
 			return nil, ev
 		}
 		if len(stored.Countersign) == 0 {
@@ -764,15 +849,18 @@ func (n *Node) takeReceipt(from peer.ID, env []byte) ([]byte, error) {
 	if err := r.ml.AddReceipt(rc, hash, now); err != nil {
 		var ev *market.Evidence
 		if errors.As(err, &ev) {
-			if stored, gerr := n.store.getReceipt(r.id, rc.Seq); gerr == nil {
-				n.store.putEvidence(r.id, rc.Seq, stored.Receipt, env)
+			if stored, gerr := n.store.GetReceipt(r.id, rc.Seq); gerr == nil {
+				if err := n.store.PutEvidence(r.id, rc.Seq, stored.Receipt, env); err != nil {
+					n.storeFailed(&storeError{what: "evidence", err: err}, r.id)
+				}
 			}
 		}
 		return nil, err
 	}
 	if n.leases.withhold {
-		if err := n.store.putReceipt(r.id, rc.Seq, &proto.SignedReceipt{Receipt: env}); err != nil {
-			return nil, err
+		if err := n.store.PutReceipt(r.id, rc.Seq, &proto.SignedReceipt{Receipt: env}); err != nil {
+			n.failStoreLocked(r, "receipt", err)
+			return nil, &storeError{what: "receipt", err: err}
 		}
 		return nil, errWithheld
 	}
@@ -781,8 +869,11 @@ func (n *Node) takeReceipt(from peer.ID, env []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := n.store.putReceipt(r.id, rc.Seq, &proto.SignedReceipt{Receipt: env, Countersign: csEnv}); err != nil {
-		return nil, err
+	// Stored (synced) before the countersignature is sent: a crash never
+	// loses a receipt this node countersigned.
+	if err := n.store.PutReceipt(r.id, rc.Seq, &proto.SignedReceipt{Receipt: env, Countersign: csEnv}); err != nil {
+		n.failStoreLocked(r, "countersigned receipt", err)
+		return nil, &storeError{what: "countersigned receipt", err: err}
 	}
 	if err := r.ml.AddCountersign(cs, now); err != nil {
 		return nil, err
@@ -910,6 +1001,9 @@ func (r *leaseRun) view() api.LeaseView {
 		c := r.ml.ClosedAt.UTC()
 		v.ClosedAt = &c
 	}
+	if r.stopping {
+		v.State = market.LeaseEnding.String() // closed once the workload has stopped
+	}
 	if w := r.rec.Workload; w != nil {
 		v.Image = w.Image
 	}
@@ -970,142 +1064,35 @@ func (n *Node) Lease(_ context.Context, id string) (_ api.LeaseView, err error) 
 
 // --- storage ---
 
-func (s *store) syncUpdate(fn func(txn *badger.Txn) error) error {
-	if err := s.db.Update(fn); err != nil {
-		return err
-	}
-	return s.db.Sync()
-}
-
-func (s *store) putLeaseRecord(id string, rec *leaseRecord) error {
+// putLeaseRecord stores a lease's record (JSON), synced.
+func (n *Node) putLeaseRecord(id string, rec *leaseRecord) error {
 	rec.RoleName = rec.Role.String()
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
-	return s.syncUpdate(func(txn *badger.Txn) error { return txn.Set([]byte("leasestate/"+id), b) })
+	return n.store.PutLeaseRecord(id, b)
 }
 
-func (s *store) leaseRecords() (map[string]leaseRecord, error) {
-	out := map[string]leaseRecord{}
-	err := s.scan("leasestate/", func(k, v []byte) error {
+// leaseRecords reads every stored lease record, by lease ID.
+func (n *Node) leaseRecords() (map[string]leaseRecord, error) {
+	raw, err := n.store.LeaseRecords()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]leaseRecord, len(raw))
+	for id, v := range raw {
 		var rec leaseRecord
 		if err := json.Unmarshal(v, &rec); err != nil {
-			return err
+			return nil, fmt.Errorf("node: lease record %s: %w", id, err)
 		}
 		rec.Role = market.RoleBuyer
 		if rec.RoleName == market.RoleProvider.String() {
 			rec.Role = market.RoleProvider
 		}
-		out[string(k)] = rec
-		return nil
-	})
-	return out, err
-}
-
-func (s *store) getLease(id string) (*proto.Lease, error) {
-	var l proto.Lease
-	err := s.db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get([]byte("lease/" + id))
-		if err != nil {
-			return err
-		}
-		return item.Value(func(v []byte) error { return gproto.Unmarshal(v, &l) })
-	})
-	return &l, err
-}
-
-// scan calls fn with each key under prefix (the prefix cut off) and value.
-func (s *store) scan(prefix string, fn func(k, v []byte) error) error {
-	return s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix), PrefetchValues: true})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			v, err := it.Item().ValueCopy(nil)
-			if err != nil {
-				return err
-			}
-			if err := fn(it.Item().KeyCopy(nil)[len(prefix):], v); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
-
-func receiptKey(id string, seq uint64) []byte {
-	return binary.BigEndian.AppendUint64([]byte("receipt/"+id+"/"), seq)
-}
-
-var receiptMarshal = gproto.MarshalOptions{Deterministic: true}
-
-func (s *store) putReceipt(id string, seq uint64, sr *proto.SignedReceipt) error {
-	b, err := receiptMarshal.Marshal(sr)
-	if err != nil {
-		return err
-	}
-	return s.syncUpdate(func(txn *badger.Txn) error { return txn.Set(receiptKey(id, seq), b) })
-}
-
-func (s *store) getReceipt(id string, seq uint64) (*proto.SignedReceipt, error) {
-	var sr proto.SignedReceipt
-	err := s.db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get(receiptKey(id, seq))
-		if err != nil {
-			return err
-		}
-		return item.Value(func(v []byte) error { return gproto.Unmarshal(v, &sr) })
-	})
-	return &sr, err
-}
-
-// receiptsRaw is a lease's stored chain, in seq order, as stored.
-func (s *store) receiptsRaw(id string) ([][]byte, error) {
-	var out [][]byte
-	err := s.scan("receipt/"+id+"/", func(_, v []byte) error { out = append(out, v); return nil })
-	return out, err
-}
-
-func (s *store) receipts(id string) ([]*proto.SignedReceipt, error) {
-	raw, err := s.receiptsRaw(id)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*proto.SignedReceipt, 0, len(raw))
-	for _, b := range raw {
-		var sr proto.SignedReceipt
-		if err := gproto.Unmarshal(b, &sr); err != nil {
-			return nil, err
-		}
-		out = append(out, &sr)
+		out[id] = rec
 	}
 	return out, nil
-}
-
-func (s *store) putEvidence(id string, seq uint64, a, b []byte) error {
-	v, err := receiptMarshal.Marshal(&proto.ReceiptChain{Receipts: []*proto.SignedReceipt{{Receipt: a}, {Receipt: b}}})
-	if err != nil {
-		return err
-	}
-	key := binary.BigEndian.AppendUint64([]byte("evidence/"+id+"/"), seq)
-	return s.syncUpdate(func(txn *badger.Txn) error { return txn.Set(key, v) })
-}
-
-// evidence counts the equivocation evidence kept for a lease.
-func (s *store) evidence(id string) (int, error) {
-	n := 0
-	err := s.scan("evidence/"+id+"/", func(_, _ []byte) error { n++; return nil })
-	return n, err
-}
-
-func logKey(id string, seq uint64) []byte {
-	return binary.BigEndian.AppendUint64([]byte("logs/"+id+"/"), seq)
-}
-
-func (s *store) lastLogSeq(id string) (uint64, error) {
-	var last uint64
-	err := s.scan("logs/"+id+"/", func(k, _ []byte) error { last = binary.BigEndian.Uint64(k); return nil })
-	return last, err
 }
 
 func decodeReceipt(env []byte) (*proto.Receipt, error) {

@@ -20,8 +20,10 @@ type metrics struct {
 	published prometheus.Counter
 	found     prometheus.Counter
 	rejects   *prometheus.CounterVec
-	orders    prometheus.Counter
-	fills     prometheus.Counter
+	// storeErrors counts failed writes on the money path, by what.
+	storeErrors *prometheus.CounterVec
+	orders      prometheus.Counter
+	fills       prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -52,6 +54,9 @@ func newMetrics() *metrics {
 		rejects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "suanli_validation_rejects_total", Help: "Signed objects refused, by kind and reason.",
 		}, []string{"kind", "reason"}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "suanli_store_write_errors_total", Help: "Failed datastore writes on the money path (leases, receipts, holds, evidence), by what.",
+		}, []string{"what"}),
 		orders: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "suanli_book_orders_total", Help: "Orders added to this node's book replicas.",
 		}),
@@ -59,7 +64,7 @@ func newMetrics() *metrics {
 			Name: "suanli_book_fills_total", Help: "Doubly-signed fills applied to this node's book replicas.",
 		}),
 	}
-	m.reg.MustRegister(m.orders, m.fills, m.util, m.memUsed, m.temp, m.power, m.energy, m.published, m.found, m.rejects,
+	m.reg.MustRegister(m.orders, m.fills, m.util, m.memUsed, m.temp, m.power, m.energy, m.published, m.found, m.rejects, m.storeErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

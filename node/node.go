@@ -20,6 +20,7 @@ import (
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/internal/httpapi"
+	"github.com/suanli/suanli/node/internal/store"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -66,6 +67,9 @@ type options struct {
 	creditLimit    string // decimal, or "none"
 	creditCurrency string
 	host           host.Host // see WithHost (host_option.go)
+	// sweepEvery is how often expired orders leave the replicas; tests
+	// shorten it (export_test.go). Default defaultSweepInterval.
+	sweepEvery time.Duration
 }
 
 // WithRepo sets the repo directory. Required.
@@ -215,7 +219,7 @@ type Node struct {
 	repo     string
 	key      crypto.PrivKey
 	lock     *os.File
-	store    *store
+	store    *store.Store
 	host     host.Host
 	dht      *p2p.DHT
 	gpus     gpu.Backend // nil: buyer only
@@ -240,8 +244,13 @@ type Node struct {
 	ps              *pubsub.PubSub
 	books           *books
 	billingInterval time.Duration
-	tradeMu         sync.Mutex        // guards pending and GPU choice; never held across the network
-	pending         map[string]uint32 // order ID → GPUs in takes awaiting an answer
+	// tradeMu guards pending, the choice and reservation of GPUs for a
+	// trade, and takesClosed. It is never held across the network, NVML
+	// or an executor (see handleTake).
+	tradeMu         sync.Mutex
+	pending         map[string]uint32 // order ID → GPUs in takes in flight, as taker or maker
+	takes           sync.WaitGroup    // takes being answered (handleTake)
+	takesClosed     bool              // Close: answer no more takes
 	ownMu           sync.Mutex
 	own             map[string]*ownOrder
 	offerMu         sync.Mutex
@@ -362,7 +371,7 @@ func New(opts ...Option) (_ *Node, err error) {
 	}
 
 	n.metrics = newMetrics()
-	if n.store, err = openStore(filepath.Join(o.repo, datastoreDir), o.logger.With("subsystem", "badger")); err != nil {
+	if n.store, err = store.Open(filepath.Join(o.repo, datastoreDir), store.Options{Logger: o.logger.With("subsystem", "badger"), Now: n.now}); err != nil {
 		return nil, err
 	}
 	n.openGPUs(o, cfg)
@@ -391,7 +400,7 @@ func New(opts ...Option) (_ *Node, err error) {
 	}
 	n.startAttest(o)
 	n.wg.Add(1)
-	go n.crossLoop()
+	go n.crossLoop(cmpOrDuration(o.sweepEvery, defaultSweepInterval))
 	if apiAddr != "" {
 		if n.api, err = startAPI(n, apiAddr); err != nil {
 			return nil, err
@@ -455,7 +464,12 @@ func (n *Node) Close() error {
 		if n.host != nil && !n.hostInjected {
 			errs = append(errs, n.host.Close())
 		}
-		// Trades in flight hold tradeMu: let them finish before the store goes.
+		// Let the takes being answered finish before the store goes; a
+		// take of this node's own holds tradeMu while it reserves.
+		n.tradeMu.Lock()
+		n.takesClosed = true
+		n.tradeMu.Unlock()
+		n.takes.Wait()
 		n.tradeMu.Lock()
 		if n.gpus != nil {
 			errs = append(errs, n.gpus.Close())

@@ -61,7 +61,7 @@ func (n *Node) Offers(ctx context.Context, q api.OfferQuery) (_ []api.OfferView,
 
 // fromCache adds the cached offers that still validate.
 func (n *Node) fromCache(into map[peer.ID]*proto.Offer) {
-	cached, err := n.store.cachedOffers()
+	cached, err := n.store.CachedOffers()
 	if err != nil {
 		n.log.Warn("reading offer cache failed", "err", err)
 		return

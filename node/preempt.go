@@ -225,12 +225,14 @@ func (n *Node) requeue(bidID string, left time.Duration) {
 // unreserve undoes a trade's GPU reservation after it failed: its GPUs
 // go back to the victims it would have preempted, or come free.
 func (n *Node) unreserve(gpus []string, lease string, victims []market.Preemptible) {
-	n.store.releaseGPUs(gpus, lease)
+	if err := n.store.ReleaseGPUs(gpus, lease); err != nil {
+		n.storeFailed(&storeError{what: "GPU release", err: err}, lease) // the hold lapses by itself
+	}
 	for _, v := range victims {
 		if r, err := n.leaseRun(v.ID); err == nil {
 			end := market.LeaseEnd(r.terms).Add(time.Minute)
-			if err := n.store.reserveGPUs(v.GPUs, v.ID, end); err != nil {
-				n.log.Error("restoring a lease's GPU reservation failed", "lease", v.ID, "err", err)
+			if err := n.store.ReserveGPUs(v.GPUs, v.ID, end); err != nil {
+				n.storeFailed(&storeError{what: "GPU hold", err: err}, v.ID)
 			}
 		}
 	}

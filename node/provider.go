@@ -115,7 +115,7 @@ func (n *Node) Publish(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := n.store.putOffer(n.host.ID(), env); err != nil {
+	if err := n.store.PutOffer(n.host.ID(), env); err != nil {
 		return err
 	}
 	var markets []string
@@ -153,7 +153,7 @@ func (n *Node) buildOffer() (*proto.Offer, error) {
 	}
 	now := n.now()
 	// Seq never goes back, even if the store was lost: at least the clock.
-	seq, err := n.store.nextOfferSeq(uint64(now.UnixMilli()))
+	seq, err := n.store.NextOfferSeq(uint64(now.UnixMilli()))
 	if err != nil {
 		return nil, fmt.Errorf("node: offer seq: %w", err)
 	}

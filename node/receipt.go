@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	badger "github.com/dgraph-io/badger/v4"
 	"github.com/libp2p/go-libp2p/core/peer"
 	gproto "google.golang.org/protobuf/proto"
 
@@ -26,24 +25,17 @@ func (n *Node) Logs(_ context.Context, id string, after uint64) (_ api.LogsView,
 		return api.LogsView{}, err
 	}
 	v := api.LogsView{Lease: id, Chunks: []api.LogChunk{}, Next: after}
-	err = n.store.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte("logs/" + id + "/")})
-		defer it.Close()
-		for it.Seek(logKey(id, after+1)); it.Valid(); it.Next() {
-			k := it.Item().Key()
-			seq := beUint64(k[len(k)-8:])
-			val, err := it.Item().ValueCopy(nil)
-			if err != nil || len(val) == 0 {
-				return err
-			}
-			stream := "stdout"
-			if val[0] == p2p.FrameStderr {
-				stream = "stderr"
-			}
-			v.Chunks = append(v.Chunks, api.LogChunk{Seq: seq, Stream: stream, Data: string(val[1:])})
-			v.Next = seq
+	err = n.store.Logs(id, after, func(seq uint64, val []byte) bool {
+		if len(val) == 0 {
+			return false
 		}
-		return nil
+		stream := "stdout"
+		if val[0] == p2p.FrameStderr {
+			stream = "stderr"
+		}
+		v.Chunks = append(v.Chunks, api.LogChunk{Seq: seq, Stream: stream, Data: string(val[1:])})
+		v.Next = seq
+		return true
 	})
 	r.mu.Lock()
 	v.Exit = r.rec.Exit
@@ -52,22 +44,13 @@ func (n *Node) Logs(_ context.Context, id string, after uint64) (_ api.LogsView,
 	return v, err
 }
 
-func beUint64(b []byte) uint64 {
-	var v uint64
-	for _, c := range b {
-		v = v<<8 | uint64(c)
-	}
-	return v
-}
-
 // Receipts implements API: a lease's stored chain, each signature checked.
-func (n *Node) Receipts(_ context.Context, id string) (_ []api.ReceiptView, err error) {
-	defer classified(&err)
-	terms, err := n.store.getLease(id)
+func (n *Node) Receipts(_ context.Context, id string) ([]api.ReceiptView, error) {
+	terms, err := n.store.GetLease(id)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s", api.ErrUnknownLease, id)
 	}
-	chain, err := n.store.receipts(id)
+	chain, err := n.store.Receipts(id)
 	if err != nil {
 		return nil, err
 	}
@@ -102,13 +85,12 @@ func (n *Node) Receipts(_ context.Context, id string) (_ []api.ReceiptView, err 
 
 // VerifyReceipts implements API: every signature and link of a lease's
 // stored chain, checked again.
-func (n *Node) VerifyReceipts(_ context.Context, id string) (_ api.ChainReport, err error) {
-	defer classified(&err)
-	terms, err := n.store.getLease(id)
+func (n *Node) VerifyReceipts(_ context.Context, id string) (api.ChainReport, error) {
+	terms, err := n.store.GetLease(id)
 	if err != nil {
 		return api.ChainReport{}, fmt.Errorf("%w: %s", api.ErrUnknownLease, id)
 	}
-	chain, err := n.store.receipts(id)
+	chain, err := n.store.Receipts(id)
 	if err != nil {
 		return api.ChainReport{}, err
 	}
@@ -131,11 +113,11 @@ func (n *Node) ExportReceipts(_ context.Context, id string) (_ []byte, err error
 	if err := gproto.Unmarshal(fillB, &fill); err != nil || len(fill.Accept) == 0 {
 		return nil, fmt.Errorf("node: lease %s has no stored signed terms", id)
 	}
-	chain, err := n.store.receipts(id)
+	chain, err := n.store.Receipts(id)
 	if err != nil {
 		return nil, err
 	}
-	return receiptMarshal.Marshal(&proto.ReceiptChain{Lease: fill.Accept, Receipts: chain})
+	return gproto.MarshalOptions{Deterministic: true}.Marshal(&proto.ReceiptChain{Lease: fill.Accept, Receipts: chain})
 }
 
 // VerifyExport checks an exported chain offline: the terms signed by one

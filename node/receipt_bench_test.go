@@ -16,6 +16,7 @@ import (
 	gproto "google.golang.org/protobuf/proto"
 
 	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/internal/store"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -64,9 +65,9 @@ func benchLease(b *testing.B) (*proto.Lease, []byte, *proto.SignedReceipt) {
 	return terms, env, &proto.SignedReceipt{Receipt: env, Countersign: csEnv}
 }
 
-func benchStore(b *testing.B) *store {
+func benchStore(b *testing.B) *store.Store {
 	b.Helper()
-	s, err := openStore(b.TempDir(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := store.Open(b.TempDir(), store.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -79,11 +80,11 @@ func benchStore(b *testing.B) *store {
 func BenchmarkReceiptPersist(b *testing.B) {
 	_, _, sr := benchLease(b)
 	s := benchStore(b)
-	size, _ := receiptMarshal.Marshal(sr)
+	size, _ := gproto.MarshalOptions{Deterministic: true}.Marshal(sr)
 	b.SetBytes(int64(len(size)))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if err := s.putReceipt("bafkreibenchlease", uint64(i+1), sr); err != nil {
+		if err := s.PutReceipt("bafkreibenchlease", uint64(i+1), sr); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -94,16 +95,20 @@ func BenchmarkReceiptPersist(b *testing.B) {
 // same shape.
 func BenchmarkBadgerSyncedWrite(b *testing.B) {
 	_, _, sr := benchLease(b)
-	s := benchStore(b)
+	db, err := badger.Open(badger.DefaultOptions(b.TempDir()).WithLogger(nil))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
 	val, _ := gproto.Marshal(sr)
 	b.SetBytes(int64(len(val)))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		key := binary.BigEndian.AppendUint64([]byte("receipt/bafkreibenchlease/"), uint64(i+1))
-		if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(key, val) }); err != nil {
+		if err := db.Update(func(txn *badger.Txn) error { return txn.Set(key, val) }); err != nil {
 			b.Fatal(err)
 		}
-		if err := s.db.Sync(); err != nil {
+		if err := db.Sync(); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -2,11 +2,9 @@ package node
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"time"
 
-	badger "github.com/dgraph-io/badger/v4"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/suanli/suanli/market"
@@ -18,16 +16,16 @@ import (
 // ledger builds the node's ledger from storage.
 func (n *Node) ledger() (*market.Ledger, error) {
 	l := market.NewLedger([]byte(n.host.ID()))
-	recs, err := n.store.leaseRecords()
+	recs, err := n.leaseRecords()
 	if err != nil {
 		return nil, err
 	}
 	for id := range recs {
-		terms, err := n.store.getLease(id)
+		terms, err := n.store.GetLease(id)
 		if err != nil {
 			continue
 		}
-		chain, err := n.store.receipts(id)
+		chain, err := n.store.Receipts(id)
 		if err != nil {
 			return nil, err
 		}
@@ -48,7 +46,7 @@ func (n *Node) ledger() (*market.Ledger, error) {
 			}
 		}
 	}
-	err = n.store.scan("payment/", func(_, v []byte) error {
+	err = n.store.Payments(func(v []byte) error {
 		ack, _, err := p2p.Open[*proto.PaymentAck](v, proto.MaxReceiptSize)
 		if err != nil {
 			return err
@@ -119,9 +117,8 @@ func (n *Node) AckPayment(ctx context.Context, req api.PaymentRequest) (_ api.Pa
 	if err != nil {
 		return api.PaymentView{}, api.BadRequest("amount: %v", err)
 	}
-	prefix := "payment/" + n.host.ID().String() + "/" + buyer.String() + "/"
 	var seq uint64
-	if err := n.store.scan(prefix, func(k, _ []byte) error { seq = binary.BigEndian.Uint64(k); return nil }); err != nil {
+	if err := n.store.PaymentsBetween(n.host.ID(), buyer, func(s uint64, _ []byte) error { seq = s; return nil }); err != nil {
 		return api.PaymentView{}, err
 	}
 	ack := &proto.PaymentAck{Provider: []byte(n.host.ID()), Buyer: []byte(buyer), AmountMicros: m.Micros, Currency: m.Currency,
@@ -133,7 +130,7 @@ func (n *Node) AckPayment(ctx context.Context, req api.PaymentRequest) (_ api.Pa
 	if err != nil {
 		return api.PaymentView{}, err
 	}
-	if err := n.store.putPayment(ack, env); err != nil {
+	if err := n.putPayment(ack, env); err != nil {
 		return api.PaymentView{}, err
 	}
 	n.creditFreed(buyer) // credit.go
@@ -158,10 +155,10 @@ func (n *Node) takePayment(from peer.ID, env []byte) error {
 	if _, err := market.NewLedger(ack.Buyer).AddPayment(ack); err != nil {
 		return err
 	}
-	return n.store.putPayment(ack, env)
+	return n.putPayment(ack, env)
 }
 
-func (s *store) putPayment(ack *proto.PaymentAck, env []byte) error {
-	key := binary.BigEndian.AppendUint64([]byte("payment/"+peer.ID(ack.Provider).String()+"/"+peer.ID(ack.Buyer).String()+"/"), ack.Seq)
-	return s.syncUpdate(func(txn *badger.Txn) error { return txn.Set(key, env) })
+// putPayment stores a sealed payment acknowledgement, synced.
+func (n *Node) putPayment(ack *proto.PaymentAck, env []byte) error {
+	return n.store.PutPayment(peer.ID(ack.Provider), peer.ID(ack.Buyer), ack.Seq, env)
 }

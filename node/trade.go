@@ -410,9 +410,9 @@ func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.M
 		if err == nil {
 			takeID = proto.CIDOf(takeEnv).String()
 			if blockStart.After(now) {
-				err = n.store.reserveBlock(take.Gpus, takeID, blockStart, blockStart.Add(time.Duration(take.DurationS)*time.Second))
+				err = n.store.ReserveBlock(take.Gpus, takeID, blockStart, blockStart.Add(time.Duration(take.DurationS)*time.Second))
 			} else {
-				err = n.store.reserveGPUs(take.Gpus, takeID, now.Add(takeTimeout+time.Minute))
+				err = n.store.ReserveGPUs(take.Gpus, takeID, now.Add(takeTimeout+time.Minute))
 			}
 		}
 		n.tradeMu.Unlock()
@@ -431,7 +431,9 @@ func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.M
 	cancel()
 	release := func() {
 		if len(take.Gpus) > 0 {
-			n.store.releaseGPUs(take.Gpus, takeID)
+			if err := n.store.ReleaseGPUs(take.Gpus, takeID); err != nil {
+				n.storeFailed(&storeError{what: "GPU release", err: err}, takeID) // the hold lapses by itself
+			}
 		}
 	}
 	if err != nil {
@@ -459,14 +461,23 @@ func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.M
 		}
 		if len(take.Gpus) > 0 && !blockStart.After(now) {
 			end := time.UnixMilli(ev.Lease.StartUnixMs).Add(time.Duration(ev.Lease.DurationS)*time.Second + time.Minute)
-			if err := n.store.reserveGPUs(take.Gpus, takeID, end); err != nil {
-				n.log.Error("extending GPU hold to the lease failed", "lease", ev.Lease.Id, "err", err)
+			if err := n.store.ReserveGPUs(take.Gpus, takeID, end); err != nil {
+				n.storeFailed(&storeError{what: "GPU hold", err: err}, ev.Lease.Id)
 			}
 		}
-		if err := n.store.putLease(ev.Lease); err != nil {
-			n.log.Warn("storing lease failed", "lease", ev.Lease.Id, "err", err)
-		}
+		// The maker accepted: the trade stands. Terms that cannot be
+		// stored fail the lease, which could not be resumed.
+		termsErr := n.store.PutLease(ev.Lease)
 		n.applyFill(ev)
+		if termsErr != nil {
+			if r, err := n.leaseRun(ev.Lease.Id); err == nil {
+				r.mu.Lock()
+				n.failStoreLocked(r, "lease terms", termsErr)
+				r.mu.Unlock()
+			} else {
+				n.storeFailed(&storeError{what: "lease terms", err: termsErr}, ev.Lease.Id)
+			}
+		}
 		n.capacityChanged() // capacity.go: GPUs leased
 		if err := n.publishBook(ctx, o.Market, &proto.BookMessage{Body: &proto.BookMessage_Fill{Fill: fill}}, ev); err != nil {
 			n.log.Warn("publishing fill failed", "fill", ev.Fill.ID, "err", err)
@@ -478,14 +489,25 @@ func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.M
 }
 
 // handleTake is the maker's side of a trade: re-check, reserve, accept.
+//
+// What needs the network or NVML (the offers, the attestation level of an
+// ask, which may check this provider's own GPUs for up to maxSelfAttest)
+// is gathered before tradeMu is taken. tradeMu is held only to check the
+// order's quantity against the takes in flight and to choose and reserve
+// the GPUs; the take's quantity then counts as pending on the order until
+// the fill is applied, so a concurrent take cannot overfill it.
 func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *proto.TradeReply {
 	take, signer, err := p2p.Open[*proto.Take](takeEnv, proto.MaxBookMessageSize)
 	if err != nil || signer != from || string(take.Taker) != string(signer) {
 		n.metrics.rejects.WithLabelValues("take", "bad-envelope").Inc()
 		return nil // not worth a signed answer
 	}
+	if !n.takeEnter() {
+		return nil // closing
+	}
+	defer n.takes.Done()
 	takeID := proto.CIDOf(takeEnv).String()
-	received := time.Now()
+	received := n.now()
 	reject := func(format string, args ...any) *proto.TradeReply {
 		reason := fmt.Sprintf(format, args...)
 		n.log.Info("take rejected", "from", short(from.String()), "order", take.MakerOrderId, "reason", reason)
@@ -495,7 +517,7 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 		}
 		return &proto.TradeReply{Body: &proto.TradeReply_Reject{Reject: env}}
 	}
-	now := n.now()
+	now := received
 	to, _, err := p2p.OpenOrder(take.TakerOrder, now)
 	if err != nil {
 		return reject("taker order: %v", err)
@@ -503,140 +525,60 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 	if to.Maker != from.String() || to.Market != take.Market || to.Currency != take.Currency {
 		return reject("taker order does not belong to the take")
 	}
-
-	// Fetch what may need the network before taking the lock. Only a
-	// taking ask has an offer: looking one up for a buyer's bid is a DHT
-	// lookup that ends in not-found, a wait the trade has no use for.
-	if to.Side == market.Ask {
-		if _, err := n.offerOf(ctx, from, 0); err != nil {
-			return reject("taker's offer: %v", err)
+	me := n.host.ID().String()
+	lookup := func() (market.Order, uint32, error) {
+		n.books.mu.Lock()
+		defer n.books.mu.Unlock()
+		s, err := n.books.state(take.Market, take.Currency)
+		if err != nil {
+			return market.Order{}, 0, err
 		}
+		mine, remaining, ok := s.book.Lookup(take.MakerOrderId)
+		switch {
+		case !ok:
+			return market.Order{}, 0, fmt.Errorf("order %s is not open", take.MakerOrderId)
+		case mine.Maker != me:
+			return market.Order{}, 0, fmt.Errorf("order %s is not mine", take.MakerOrderId)
+		}
+		return mine, remaining, nil
 	}
-	n.tradeMu.Lock()
-	defer n.tradeMu.Unlock()
-	n.books.mu.Lock()
-	s, err := n.books.state(take.Market, take.Currency)
+	mine, _, err := lookup()
 	if err != nil {
-		n.books.mu.Unlock()
 		return reject("%v", err)
 	}
-	mine, remaining, ok := s.book.Lookup(take.MakerOrderId)
-	n.books.mu.Unlock()
-	me := n.host.ID().String()
-	switch {
-	case !ok:
-		return reject("order %s is not open", take.MakerOrderId)
-	case mine.Maker != me:
-		return reject("order %s is not mine", take.MakerOrderId)
-	case remaining < take.Quantity+n.pending[take.MakerOrderId]:
-		return reject("order has %d GPUs left (%d being taken), take wants %d", remaining, n.pending[take.MakerOrderId], take.Quantity)
-	case take.PriceMicros != mine.Price:
-		return reject("take price %d is not the order's %d", take.PriceMicros, mine.Price)
-	}
+
+	// Gather what needs the network or NVML, without tradeMu. Only a
+	// taking ask has an offer: looking one up for a buyer's bid is a DHT
+	// lookup that ends in not-found, a wait the trade has no use for.
+	var takerOffer *proto.Offer
 	if mine.Side == market.Ask {
 		if err := n.askFacts(ctx, &mine, 0); err != nil {
 			return reject("my offer: %v", err)
 		}
-	} else if err := n.askFacts(ctx, to, 0); err != nil {
-		return reject("taker's offer: %v", err)
-	}
-	// Re-run the book's own rules on just this pair: constraints, durations,
-	// lease type, self-match, all-or-none.
-	pair, err := market.NewBook(take.Market, take.Currency)
-	if err != nil {
-		return reject("%v", err)
-	}
-	resting := mine
-	resting.Quantity = remaining
-	resting.ClientKey = ""
-	if err := pair.Add(&resting, now); err != nil {
-		return reject("order: %v", err)
-	}
-	incoming := *to
-	incoming.Quantity, incoming.AllOrNone, incoming.PostOnly, incoming.TimeInForce, incoming.ClientKey = take.Quantity, false, false, market.IOC, ""
-	ms, err := pair.Match(&incoming, now)
-	if err != nil || len(ms) != 1 || ms[0].Quantity != take.Quantity {
-		return reject("the orders do not match (%v)", err)
-	}
-
-	var victims []market.Preemptible // spot leases this trade preempts
-	lease := &proto.Lease{
-		Id: takeID, Market: take.Market, PriceMicros: take.PriceMicros, Currency: take.Currency,
-		LeaseType: take.LeaseType, DurationS: take.DurationS, StartUnixMs: now.UnixMilli(),
-		BillingIntervalS: int64(n.billingInterval / time.Second),
-	}
-	if mine.Side == market.Ask {
-		lease.Provider, lease.Buyer = []byte(n.host.ID()), []byte(from)
-		lease.LeaseType = p2p.LeaseTypeToProto(mine.LeaseType)
-		if mine.LeaseType.Interruptible() {
-			lease.PreemptionNoticeS = int64(n.preemptNotice / time.Second)
-		}
-		lease.BillingIncrementS = int64(n.chargeIncrement / time.Second)
-		lease.Schedule, lease.UtcOffsetMinutes = n.schedule, n.scheduleOffset
-		start := leaseStartFor(to, now)
-		lease.StartUnixMs = start.UnixMilli()
-		end := start.Add(time.Duration(take.DurationS) * time.Second)
-		free, err := n.freeGPUs(take.Market)
-		if start.After(now) {
-			free, err = n.freeGPUsFor(take.Market, start, end)
-		}
-		if err != nil {
-			return reject("%v", err)
-		}
-		gpus := free
-		if uint32(len(free)) < take.Quantity && start.After(now) {
-			return reject("only %d GPUs free for the block from %s", len(free), start.UTC().Format(time.RFC3339))
-		}
-		if uint32(len(free)) < take.Quantity {
-			var ok bool
-			victims, gpus, ok = market.ChoosePreempted(n.preemptible(take.Market), free, int(take.Quantity), mine.LeaseType, take.PriceMicros, n.preemptMargin)
-			if !ok {
-				return reject("only %d GPUs free", len(free))
-			}
-			// The GPUs come free when the victims' notice runs out: the
-			// lease starts then.
-			lease.StartUnixMs = n.preemptionEnd(victims, now).UnixMilli()
-		}
-		lease.Gpus = gpus[:take.Quantity]
-		if err := n.checkCredit(lease, now); err != nil {
-			return reject("%v", err)
-		}
-		end = time.UnixMilli(lease.StartUnixMs).Add(time.Duration(take.DurationS)*time.Second + time.Minute)
-		if start.After(now) {
-			end = start.Add(time.Duration(take.DurationS) * time.Second) // a block holds exactly its time
-		}
-		if err := n.store.reserveBlock(lease.Gpus, takeID, time.UnixMilli(lease.StartUnixMs), end, victimIDs(victims)...); err != nil {
-			return reject("reserving GPUs: %v", err)
-		}
 	} else {
-		lease.Provider, lease.Buyer = []byte(from), []byte(n.host.ID())
-		lease.StartUnixMs = leaseStartFor(&mine, now).UnixMilli() // a forward block starts at its time
-		if uint32(len(take.Gpus)) != take.Quantity {
-			return reject("take names %d GPUs for %d", len(take.Gpus), take.Quantity)
+		if err := n.askFacts(ctx, to, 0); err != nil {
+			return reject("taker's offer: %v", err)
 		}
-		offer, err := n.offerOf(ctx, from, 0)
-		if err != nil {
+		if takerOffer, err = n.offerOf(ctx, from, 0); err != nil {
 			return reject("%v", err)
 		}
-		for _, g := range take.Gpus {
-			if !slices.ContainsFunc(offer.Gpus, func(og *proto.GPU) bool { return og.Uuid == g && og.Market == take.Market }) {
-				return reject("GPU %s is not in the provider's offer", g)
-			}
-		}
-		lease.Gpus = take.Gpus
-		lease.BillingIncrementS = offer.GetTerms().GetChargeIncrementS()
-		lease.Schedule, lease.UtcOffsetMinutes = offer.GetPricing().GetSchedule(), offer.GetPricing().GetUtcOffsetMinutes()
-		if t := offer.GetTerms().GetBillingIncrementS(); t > 0 {
-			lease.BillingIntervalS = t
-		}
 	}
-	if time.Since(received) > acceptWindow {
+	facts := mine.Facts
+
+	lease, victims, rej := n.reserveTake(take, takeID, to, facts, lookup, takerOffer, now)
+	if rej != "" {
+		return reject("%s", rej)
+	}
+	defer n.untrack(take.MakerOrderId, take.Quantity)
+
+	if n.now().Sub(received) > acceptWindow {
 		n.unreserve(lease.Gpus, takeID, victims)
 		return reject("take took too long to process")
 	}
 	acc := &proto.Accept{Maker: []byte(n.host.ID()), TakeId: takeID, Lease: lease, CreatedUnixMs: now.UnixMilli()}
 	accEnv, err := p2p.Seal(n.key, acc, proto.MaxBookMessageSize)
 	if err != nil {
+		n.unreserve(lease.Gpus, takeID, victims)
 		return reject("%v", err)
 	}
 	fill := &proto.Fill{Take: takeEnv, Accept: accEnv}
@@ -645,7 +587,9 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 		n.unreserve(lease.Gpus, takeID, victims)
 		return reject("fill: %v", err)
 	}
-	if err := n.store.putLease(lease); err != nil {
+	// The terms are stored (synced) before the accept is sent.
+	if err := n.store.PutLease(lease); err != nil {
+		n.storeFailed(&storeError{what: "lease terms", err: err}, lease.Id)
 		n.unreserve(lease.Gpus, takeID, victims)
 		return reject("storing lease: %v", err)
 	}
@@ -662,13 +606,148 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 	return &proto.TradeReply{Body: &proto.TradeReply_Accept{Accept: accEnv}}
 }
 
+// reserveTake is the part of handleTake under tradeMu: the order looked up
+// again and checked against the takes in flight, the pair re-matched, the
+// lease's terms built and, for an ask, its GPUs chosen and reserved. On
+// success the take's quantity counts as pending on the order (untrack
+// ends that); rej says why not otherwise. facts are the ask's facts,
+// gathered before (askFacts); takerOffer is the taking provider's offer,
+// for a bid.
+func (n *Node) reserveTake(take *proto.Take, takeID string, to *market.Order, facts market.Facts,
+	lookup func() (market.Order, uint32, error), takerOffer *proto.Offer, now time.Time) (lease *proto.Lease, victims []market.Preemptible, rej string) {
+	n.tradeMu.Lock()
+	defer n.tradeMu.Unlock()
+	mine, remaining, err := lookup()
+	if err != nil {
+		return nil, nil, err.Error()
+	}
+	switch {
+	case remaining < take.Quantity+n.pending[take.MakerOrderId]:
+		return nil, nil, fmt.Sprintf("order has %d GPUs left (%d being taken), take wants %d", remaining, n.pending[take.MakerOrderId], take.Quantity)
+	case take.PriceMicros != mine.Price:
+		return nil, nil, fmt.Sprintf("take price %d is not the order's %d", take.PriceMicros, mine.Price)
+	}
+	if mine.Side == market.Ask {
+		mine.Facts = facts
+	}
+	// Re-run the book's own rules on just this pair: constraints, durations,
+	// lease type, self-match, all-or-none.
+	pair, err := market.NewBook(take.Market, take.Currency)
+	if err != nil {
+		return nil, nil, err.Error()
+	}
+	resting := mine
+	resting.Quantity = remaining
+	resting.ClientKey = ""
+	if err := pair.Add(&resting, now); err != nil {
+		return nil, nil, "order: " + err.Error()
+	}
+	incoming := *to
+	incoming.Quantity, incoming.AllOrNone, incoming.PostOnly, incoming.TimeInForce, incoming.ClientKey = take.Quantity, false, false, market.IOC, ""
+	ms, err := pair.Match(&incoming, now)
+	if err != nil || len(ms) != 1 || ms[0].Quantity != take.Quantity {
+		return nil, nil, fmt.Sprintf("the orders do not match (%v)", err)
+	}
+
+	lease = &proto.Lease{
+		Id: takeID, Market: take.Market, PriceMicros: take.PriceMicros, Currency: take.Currency,
+		LeaseType: take.LeaseType, DurationS: take.DurationS, StartUnixMs: now.UnixMilli(),
+		BillingIntervalS: int64(n.billingInterval / time.Second),
+	}
+	if mine.Side == market.Ask {
+		lease.Provider, lease.Buyer = []byte(n.host.ID()), []byte(take.Taker)
+		lease.LeaseType = p2p.LeaseTypeToProto(mine.LeaseType)
+		if mine.LeaseType.Interruptible() {
+			lease.PreemptionNoticeS = int64(n.preemptNotice / time.Second)
+		}
+		lease.BillingIncrementS = int64(n.chargeIncrement / time.Second)
+		lease.Schedule, lease.UtcOffsetMinutes = n.schedule, n.scheduleOffset
+		start := leaseStartFor(to, now)
+		lease.StartUnixMs = start.UnixMilli()
+		end := start.Add(time.Duration(take.DurationS) * time.Second)
+		free, err := n.freeGPUs(take.Market)
+		if start.After(now) {
+			free, err = n.freeGPUsFor(take.Market, start, end)
+		}
+		if err != nil {
+			return nil, nil, err.Error()
+		}
+		gpus := free
+		if uint32(len(free)) < take.Quantity && start.After(now) {
+			return nil, nil, fmt.Sprintf("only %d GPUs free for the block from %s", len(free), start.UTC().Format(time.RFC3339))
+		}
+		if uint32(len(free)) < take.Quantity {
+			var ok bool
+			victims, gpus, ok = market.ChoosePreempted(n.preemptible(take.Market), free, int(take.Quantity), mine.LeaseType, take.PriceMicros, n.preemptMargin)
+			if !ok {
+				return nil, nil, fmt.Sprintf("only %d GPUs free", len(free))
+			}
+			// The GPUs come free when the victims' notice runs out: the
+			// lease starts then.
+			lease.StartUnixMs = n.preemptionEnd(victims, now).UnixMilli()
+		}
+		lease.Gpus = gpus[:take.Quantity]
+		if err := n.checkCredit(lease, now); err != nil {
+			return nil, nil, err.Error()
+		}
+		end = time.UnixMilli(lease.StartUnixMs).Add(time.Duration(take.DurationS)*time.Second + time.Minute)
+		if start.After(now) {
+			end = start.Add(time.Duration(take.DurationS) * time.Second) // a block holds exactly its time
+		}
+		if err := n.store.ReserveBlock(lease.Gpus, takeID, time.UnixMilli(lease.StartUnixMs), end, victimIDs(victims)...); err != nil {
+			return nil, nil, "reserving GPUs: " + err.Error()
+		}
+	} else {
+		lease.Provider, lease.Buyer = []byte(take.Taker), []byte(n.host.ID())
+		lease.StartUnixMs = leaseStartFor(&mine, now).UnixMilli() // a forward block starts at its time
+		if uint32(len(take.Gpus)) != take.Quantity {
+			return nil, nil, fmt.Sprintf("take names %d GPUs for %d", len(take.Gpus), take.Quantity)
+		}
+		for _, g := range take.Gpus {
+			if !slices.ContainsFunc(takerOffer.Gpus, func(og *proto.GPU) bool { return og.Uuid == g && og.Market == take.Market }) {
+				return nil, nil, fmt.Sprintf("GPU %s is not in the provider's offer", g)
+			}
+		}
+		lease.Gpus = take.Gpus
+		lease.BillingIncrementS = takerOffer.GetTerms().GetChargeIncrementS()
+		lease.Schedule, lease.UtcOffsetMinutes = takerOffer.GetPricing().GetSchedule(), takerOffer.GetPricing().GetUtcOffsetMinutes()
+		if t := takerOffer.GetTerms().GetBillingIncrementS(); t > 0 {
+			lease.BillingIntervalS = t
+		}
+	}
+	n.pending[take.MakerOrderId] += take.Quantity
+	return lease, victims, ""
+}
+
+// untrack ends a take's count of qty pending on order id.
+func (n *Node) untrack(id string, qty uint32) {
+	n.tradeMu.Lock()
+	defer n.tradeMu.Unlock()
+	n.pending[id] -= min(qty, n.pending[id])
+	if n.pending[id] == 0 {
+		delete(n.pending, id)
+	}
+}
+
+// takeEnter counts a take in flight, unless the node is closing; Close
+// waits for those in flight before it closes the store.
+func (n *Node) takeEnter() bool {
+	n.tradeMu.Lock()
+	defer n.tradeMu.Unlock()
+	if n.takesClosed {
+		return false
+	}
+	n.takes.Add(1)
+	return true
+}
+
 // freeGPUs lists this provider's GPUs in a market not reserved by a lease.
 func (n *Node) freeGPUs(mkt string) ([]string, error) {
 	offer := n.Published()
 	if offer == nil {
 		return nil, fmt.Errorf("%w: no published offer", api.ErrNoGPUs)
 	}
-	busy, err := n.store.reservedGPUs(n.now())
+	busy, err := n.store.ReservedGPUs(n.now())
 	if err != nil {
 		return nil, err
 	}

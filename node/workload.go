@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	badger "github.com/dgraph-io/badger/v4"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/suanli/suanli/gpu"
@@ -617,15 +616,16 @@ func (n *Node) appendLog(r *leaseRun, kind byte, data []byte) {
 	defer r.mu.Unlock()
 	r.logSeq++
 	v := append([]byte{kind}, data...)
-	if err := n.store.db.Update(func(txn *badger.Txn) error { return txn.Set(logKey(r.id, r.logSeq), v) }); err != nil {
+	if err := n.store.PutLog(r.id, r.logSeq, v); err != nil {
 		n.log.Warn("storing output failed", "lease", r.id, "err", err)
 	}
 }
 
-// putRecordLocked stores r's record, logging a failure. Holds r.mu.
+// putRecordLocked stores r's record; a failed write ends a running lease
+// as failed (failStoreLocked). Holds r.mu.
 func (n *Node) putRecordLocked(r *leaseRun) {
-	if err := n.store.putLeaseRecord(r.id, &r.rec); err != nil {
-		n.log.Error("storing lease state failed", "lease", r.id, "err", err)
+	if err := n.putLeaseRecord(r.id, &r.rec); err != nil {
+		n.failStoreLocked(r, "lease record", err)
 	}
 }
 

@@ -1,0 +1,32 @@
+package node
+
+import (
+	"strings"
+	"time"
+)
+
+// Test hooks for the external tests of package node.
+
+// WithSweepInterval sets how often the replicas sweep expired orders.
+func WithSweepInterval(d time.Duration) Option {
+	return func(o *options) error { o.sweepEvery = d; return nil }
+}
+
+// KickMarket asks the cross loop to re-check a market, as a new order does.
+func (n *Node) KickMarket(mkt string) { n.kickMarket(mkt) }
+
+// FailStoreWrites makes every later write to the node's store of a key
+// under prefix fail with err (the keys are in internal/store/keys.go);
+// an empty prefix with a nil err clears it.
+func (n *Node) FailStoreWrites(prefix string, err error) {
+	if err == nil {
+		n.store.FailWrites(nil)
+		return
+	}
+	n.store.FailWrites(func(k []byte) error {
+		if strings.HasPrefix(string(k), prefix) {
+			return err
+		}
+		return nil
+	})
+}

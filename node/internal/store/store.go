@@ -1,0 +1,157 @@
+// Package store is a node's Badger datastore: offers, fills, leases and
+// their GPU holds and calendar, receipts, evidence, payments, workload
+// output, attestation verdicts and price history. keys.go builds every
+// key. Writes on the money path (leases, holds, receipts, evidence,
+// payments) are synced and return their errors.
+package store
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// Store is a node's datastore. Its methods are safe for concurrent use.
+type Store struct {
+	db  *badger.DB
+	now func() time.Time
+	// fault, when set, is asked before every write (FailWrites).
+	fault atomic.Pointer[func(key []byte) error]
+}
+
+// Options configure Open.
+type Options struct {
+	// Logger takes Badger's logs (its Info at Debug). Default: slog.Default.
+	Logger *slog.Logger
+	// Now is the clock deciding which holds are live. Default: time.Now.
+	Now func() time.Time
+}
+
+// ErrNotFound is returned when a key is not stored.
+var ErrNotFound = errors.New("store: not found")
+
+// Open opens (creating it if needed) the datastore in dir.
+func Open(dir string, o Options) (*Store, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	opts := badger.DefaultOptions(dir).
+		WithLogger(badgerLogger{o.Logger}).
+		// A market node's working set is small; keep each store modest so a
+		// devnet of dozens of nodes fits in one process.
+		WithMemTableSize(8 << 20).
+		WithBlockCacheSize(16 << 20).
+		WithIndexCacheSize(8 << 20).
+		WithValueLogFileSize(64 << 20).
+		WithNumMemtables(2).
+		WithNumLevelZeroTables(2).
+		WithNumLevelZeroTablesStall(8)
+	db, err := badger.Open(opts)
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", dir, err)
+	}
+	return &Store{db: db, now: o.Now}, nil
+}
+
+// Close closes the datastore.
+func (s *Store) Close() error { return s.db.Close() }
+
+// FailWrites makes every later write of a key for which f returns an
+// error fail with that error, before anything is written; nil f clears
+// it. It is for tests of the paths that handle a failed write.
+func (s *Store) FailWrites(f func(key []byte) error) {
+	if f == nil {
+		s.fault.Store(nil)
+		return
+	}
+	s.fault.Store(&f)
+}
+
+// set writes one key in txn, unless a fault refuses it.
+func (s *Store) set(txn *badger.Txn, k, v []byte) error {
+	if f := s.fault.Load(); f != nil {
+		if err := (*f)(k); err != nil {
+			return err
+		}
+	}
+	return txn.Set(k, v)
+}
+
+// del deletes one key in txn, unless a fault refuses it.
+func (s *Store) del(txn *badger.Txn, k []byte) error {
+	if f := s.fault.Load(); f != nil {
+		if err := (*f)(k); err != nil {
+			return err
+		}
+	}
+	return txn.Delete(k)
+}
+
+// put writes one key.
+func (s *Store) put(k, v []byte) error {
+	return s.db.Update(func(txn *badger.Txn) error { return s.set(txn, k, v) })
+}
+
+// syncUpdate runs fn in a write transaction and syncs it to disk.
+func (s *Store) syncUpdate(fn func(txn *badger.Txn) error) error {
+	if err := s.db.Update(fn); err != nil {
+		return err
+	}
+	return s.db.Sync()
+}
+
+// syncPut writes one key, synced.
+func (s *Store) syncPut(k, v []byte) error {
+	return s.syncUpdate(func(txn *badger.Txn) error { return s.set(txn, k, v) })
+}
+
+// get reads one key's value; ErrNotFound when it is not stored.
+func (s *Store) get(k []byte) ([]byte, error) {
+	var v []byte
+	err := s.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(k)
+		if err != nil {
+			return err
+		}
+		v, err = item.ValueCopy(nil)
+		return err
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, k)
+	}
+	return v, err
+}
+
+// scan calls fn with each key under prefix (the prefix cut off) and value,
+// in key order.
+func (s *Store) scan(prefix string, fn func(k, v []byte) error) error {
+	return s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix), PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			if err := fn(it.Item().KeyCopy(nil)[len(prefix):], v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// badgerLogger sends Badger's logs to slog, keeping its chatty Info at Debug.
+type badgerLogger struct{ l *slog.Logger }
+
+func (b badgerLogger) Errorf(f string, a ...any)   { b.l.Error(fmt.Sprintf(f, a...)) }
+func (b badgerLogger) Warningf(f string, a ...any) { b.l.Warn(fmt.Sprintf(f, a...)) }
+func (b badgerLogger) Infof(f string, a ...any)    { b.l.Debug(fmt.Sprintf(f, a...)) }
+func (b badgerLogger) Debugf(f string, a ...any)   { b.l.Debug(fmt.Sprintf(f, a...)) }
