@@ -85,6 +85,9 @@ type OrderRequest struct {
 	// Replenish makes an ask a standing one: GPUs freed at the end of its
 	// leases go back on the book (see replenish.go).
 	Replenish bool `json:"replenish,omitempty"`
+	// Resell, on an ask, names a reserved lease this node bought: the ask
+	// sells the rest of its block (see resale.go).
+	Resell string `json:"resell,omitempty"`
 }
 
 // OrderView is an order of this node and its trades.
@@ -266,6 +269,9 @@ func (n *Node) buildOrder(req OrderRequest) (*market.Order, *proto.Order, error)
 // whatever the order crosses in this node's replica (agreeing each trade
 // with its maker), and rests the rest on the book unless it is IOC.
 func (n *Node) PlaceOrder(ctx context.Context, req OrderRequest) (OrderView, error) {
+	if req.Resell != "" {
+		return n.placeResale(ctx, req) // resale.go
+	}
 	if w := req.workload(); !w.Empty() {
 		if req.Side != "bid" {
 			return OrderView{}, badRequest("a workload (exec, image, ports, ssh key) belongs on a bid")
@@ -524,6 +530,8 @@ func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.M
 			return 0, fmt.Errorf("maker sent an invalid reject")
 		}
 		return 0, fmt.Errorf("maker rejected: %s", rj.Reason)
+	case *proto.TradeReply_Resale:
+		return n.takeResale(o, m, takeEnv, body.Resale) // resale.go
 	case *proto.TradeReply_Accept:
 		fill := &proto.Fill{Take: takeEnv, Accept: body.Accept}
 		ev, err := p2p.OpenFill(fill, n.now())
@@ -558,6 +566,9 @@ func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.M
 
 // handleTake is the maker's side of a trade: re-check, reserve, accept.
 func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *proto.TradeReply {
+	if reply, ok := n.handleResaleTake(ctx, from, takeEnv); ok {
+		return reply // a take of a resale ask (resale.go)
+	}
 	take, signer, err := p2p.Open[*proto.Take](takeEnv, proto.MaxBookMessageSize)
 	if err != nil || signer != from || string(take.Taker) != string(signer) {
 		n.metrics.rejects.WithLabelValues("take", "bad-envelope").Inc()
