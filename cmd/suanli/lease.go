@@ -122,6 +122,7 @@ func printLease(e *env, l node.LeaseView) {
 		fmt.Fprintf(e.stdout, "  executor %s %s\n", l.Executor, strings.Join(l.Exec, " "))
 	}
 	printWorkload(e, l)
+	printResale(e, l.Resale) // resale.go
 	for _, g := range l.GPUs {
 		fmt.Fprintf(e.stdout, "  gpu %s\n", g)
 	}
