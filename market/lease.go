@@ -89,12 +89,15 @@ const (
 	// CloseExited: the lease's workload ended by itself (its exit code is
 	// kept beside the lease); billing stops with it.
 	CloseExited
+	// CloseResold: the buyer resold the rest of a reserved block; a new
+	// lease of the same GPUs goes on from the handover (see resale.go).
+	CloseResold
 )
 
-var closeReasonNames = [...]string{"", "completed", "buyer-closed", "provider-closed", "preempted", "unpaid", "failed", "exited"}
+var closeReasonNames = [...]string{"", "completed", "buyer-closed", "provider-closed", "preempted", "unpaid", "failed", "exited", "resold"}
 
 // String returns "completed", "buyer-closed", "provider-closed", "preempted",
-// "unpaid", "failed", "exited", or "" for the zero CloseReason.
+// "unpaid", "failed", "exited", "resold", or "" for the zero CloseReason.
 func (r CloseReason) String() string {
 	if int(r) < len(closeReasonNames) {
 		return closeReasonNames[r]
@@ -249,6 +252,11 @@ func (l *Lease) End(reason CloseReason, now time.Time) error {
 		ok = l.State == LeaseRunning
 	case CloseExited:
 		ok = l.State == LeaseStarting || l.State == LeaseRunning
+	case CloseResold:
+		if LeaseType(l.Terms.LeaseType) != Reserved {
+			return fmt.Errorf("%w: only reserved leases are resold", ErrBadTransition)
+		}
+		ok = l.State == LeaseRunning
 	}
 	if !ok {
 		return l.refuse("end (" + reason.String() + ")")

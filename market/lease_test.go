@@ -160,7 +160,7 @@ func TestLeaseText(t *testing.T) {
 			t.Errorf("LeaseState %d round trip = %q, %v, %d", s, b, err, back)
 		}
 	}
-	for r := CloseReason(0); r <= CloseExited; r++ {
+	for r := CloseReason(0); r <= CloseResold; r++ {
 		b, err := r.MarshalText()
 		var back CloseReason = 99
 		if err != nil || back.UnmarshalText(b) != nil || back != r {
@@ -170,8 +170,8 @@ func TestLeaseText(t *testing.T) {
 	if _, err := ParseCloseReason("bored"); err == nil {
 		t.Errorf("ParseCloseReason(bored) = %v", err)
 	}
-	if _, err := CloseReason(8).MarshalText(); err == nil {
-		t.Error("CloseReason(8).MarshalText succeeded")
+	if _, err := CloseReason(9).MarshalText(); err == nil {
+		t.Error("CloseReason(9).MarshalText succeeded")
 	}
 	l := leaseIn(t, testTerms(), LeaseClosed)
 	b, err := json.Marshal(struct {

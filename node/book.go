@@ -216,7 +216,7 @@ func (n *Node) checkBookEvent(ctx context.Context, ev *p2p.BookEvent) pubsub.Val
 		}
 		n.books.mu.Unlock()
 		if o.Side == market.Ask {
-			if err := n.askFacts(ctx, o, ev.OrderProto.OfferSeq); err != nil {
+			if err := n.askFactsOf(ctx, o, ev.OrderProto); err != nil {
 				if errors.Is(err, errOfferUnknown) {
 					n.metrics.rejects.WithLabelValues("book", "offer-unknown").Inc()
 					return pubsub.ValidationIgnore

@@ -794,6 +794,12 @@ func (n *Node) handleReceiptMsg(from peer.ID, kind byte, body []byte) (byte, []b
 		err = n.takePayment(from, body)
 	case p2p.FramePreempt:
 		err = n.takePreemption(from, body)
+	case p2p.FrameHandover:
+		if reply, err = n.takeHandover(from, body); err == nil {
+			return p2p.FrameOK, reply
+		}
+	case p2p.FramePremium:
+		err = n.takePremiumCountersign(from, body)
 	default:
 		err = fmt.Errorf("unknown message kind %q", kind)
 	}
@@ -923,7 +929,7 @@ func (n *Node) takeClose(from peer.ID, body []byte) error {
 	allowed := []market.CloseReason{market.CloseCompleted, market.CloseBuyer}
 	if r.rec.Role == market.RoleBuyer {
 		allowed = []market.CloseReason{market.CloseCompleted, market.CloseProvider, market.CloseUnpaid, market.ClosePreempted,
-			market.CloseExited, market.CloseFailed}
+			market.CloseExited, market.CloseFailed, market.CloseResold}
 	}
 	if !slices.Contains(allowed, c.Reason) {
 		return fmt.Errorf("reason %s not the counterparty's to give", c.Reason)
@@ -1059,7 +1065,9 @@ func (n *Node) Lease(_ context.Context, id string) (_ api.LeaseView, err error) 
 	if err != nil {
 		return api.LeaseView{}, err
 	}
-	return r.view(), nil
+	v := r.view()
+	v.Resale = n.resaleView(id) // resale.go
+	return v, nil
 }
 
 // --- storage ---

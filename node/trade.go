@@ -187,6 +187,9 @@ func (n *Node) buildOrder(req api.OrderRequest) (*market.Order, *proto.Order, er
 // with its maker), and rests the rest on the book unless it is IOC.
 func (n *Node) PlaceOrder(ctx context.Context, req api.OrderRequest) (_ api.OrderView, err error) {
 	defer classified(&err)
+	if req.Resell != "" {
+		return n.placeResale(ctx, req) // resale.go
+	}
 	if w := workloadOf(req); !w.Empty() {
 		if req.Side != "bid" {
 			return api.OrderView{}, api.BadRequest("a workload (exec, image, ports, ssh key) belongs on a bid")
@@ -447,6 +450,8 @@ func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.M
 			return 0, fmt.Errorf("maker sent an invalid reject")
 		}
 		return 0, fmt.Errorf("maker rejected: %s", rj.Reason)
+	case *proto.TradeReply_Resale:
+		return n.takeResale(o, m, takeEnv, body.Resale) // resale.go
 	case *proto.TradeReply_Accept:
 		fill := &proto.Fill{Take: takeEnv, Accept: body.Accept}
 		ev, err := p2p.OpenFill(fill, n.now())
@@ -497,6 +502,9 @@ func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.M
 // the GPUs; the take's quantity then counts as pending on the order until
 // the fill is applied, so a concurrent take cannot overfill it.
 func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *proto.TradeReply {
+	if reply, ok := n.handleResaleTake(ctx, from, takeEnv); ok {
+		return reply // a take of a resale ask (resale.go)
+	}
 	take, signer, err := p2p.Open[*proto.Take](takeEnv, proto.MaxBookMessageSize)
 	if err != nil || signer != from || string(take.Taker) != string(signer) {
 		n.metrics.rejects.WithLabelValues("take", "bad-envelope").Inc()

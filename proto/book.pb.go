@@ -199,7 +199,12 @@ type Order struct {
 	OfferSeq uint64 `protobuf:"varint,19,opt,name=offer_seq,json=offerSeq,proto3" json:"offer_seq,omitempty"`
 	// start_unix_ms, for reserved time only, is a forward block's start: the
 	// block a bid wants, or the earliest an ask sells. 0: now.
-	StartUnixMs   int64 `protobuf:"varint,20,opt,name=start_unix_ms,json=startUnixMs,proto3" json:"start_unix_ms,omitempty"`
+	StartUnixMs int64 `protobuf:"varint,20,opt,name=start_unix_ms,json=startUnixMs,proto3" json:"start_unix_ms,omitempty"`
+	// resell, on a reserved ask of a lease's holder, is the resold lease's
+	// signed terms (a marshalled Fill: the trade's Take and Accept, or the
+	// provider's Accept alone for a lease bought by resale). Such an ask
+	// sells the rest of that lease's block (see resale.proto).
+	Resell        []byte `protobuf:"bytes,21,opt,name=resell,proto3" json:"resell,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -372,6 +377,13 @@ func (x *Order) GetStartUnixMs() int64 {
 		return x.StartUnixMs
 	}
 	return 0
+}
+
+func (x *Order) GetResell() []byte {
+	if x != nil {
+		return x.Resell
+	}
+	return nil
 }
 
 // Constraints are what a bid requires of the provider behind an ask.
@@ -1203,6 +1215,7 @@ type TradeReply struct {
 	//
 	//	*TradeReply_Accept
 	//	*TradeReply_Reject
+	//	*TradeReply_Resale
 	Body          isTradeReply_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1263,6 +1276,15 @@ func (x *TradeReply) GetReject() []byte {
 	return nil
 }
 
+func (x *TradeReply) GetResale() *ResaleReply {
+	if x != nil {
+		if x, ok := x.Body.(*TradeReply_Resale); ok {
+			return x.Resale
+		}
+	}
+	return nil
+}
+
 type isTradeReply_Body interface {
 	isTradeReply_Body()
 }
@@ -1275,9 +1297,15 @@ type TradeReply_Reject struct {
 	Reject []byte `protobuf:"bytes,2,opt,name=reject,proto3,oneof"` // sealed Reject
 }
 
+type TradeReply_Resale struct {
+	Resale *ResaleReply `protobuf:"bytes,3,opt,name=resale,proto3,oneof"` // a take of a resale ask (resale.proto)
+}
+
 func (*TradeReply_Accept) isTradeReply_Body() {}
 
 func (*TradeReply_Reject) isTradeReply_Body() {}
+
+func (*TradeReply_Resale) isTradeReply_Body() {}
 
 // SyncRequest asks a peer for the open orders of a market over
 // /suanli/book-sync/1.0.0; the answer is a stream of BookMessages.
@@ -1330,7 +1358,7 @@ var File_book_proto protoreflect.FileDescriptor
 const file_book_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"book.proto\x12\tsuanli.v1\"\xce\x05\n" +
+	"book.proto\x12\tsuanli.v1\x1a\fresale.proto\"\xe6\x05\n" +
 	"\x05Order\x12\x14\n" +
 	"\x05maker\x18\x01 \x01(\fR\x05maker\x12#\n" +
 	"\x04side\x18\x02 \x01(\x0e2\x0f.suanli.v1.SideR\x04side\x12\x16\n" +
@@ -1355,7 +1383,8 @@ const file_book_proto_rawDesc = "" +
 	"client_key\x18\x11 \x01(\tR\tclientKey\x128\n" +
 	"\vconstraints\x18\x12 \x01(\v2\x16.suanli.v1.ConstraintsR\vconstraints\x12\x1b\n" +
 	"\toffer_seq\x18\x13 \x01(\x04R\bofferSeq\x12\"\n" +
-	"\rstart_unix_ms\x18\x14 \x01(\x03R\vstartUnixMs\"\xb1\x01\n" +
+	"\rstart_unix_ms\x18\x14 \x01(\x03R\vstartUnixMs\x12\x16\n" +
+	"\x06resell\x18\x15 \x01(\fR\x06resell\"\xb1\x01\n" +
 	"\vConstraints\x12\x18\n" +
 	"\aregions\x18\x01 \x03(\tR\aregions\x12'\n" +
 	"\x0fmin_attestation\x18\x02 \x01(\tR\x0eminAttestation\x12(\n" +
@@ -1425,11 +1454,12 @@ const file_book_proto_rawDesc = "" +
 	"\x04fill\x18\x03 \x01(\v2\x0f.suanli.v1.FillH\x00R\x04fillB\x06\n" +
 	"\x04body\"\"\n" +
 	"\fTradeRequest\x12\x12\n" +
-	"\x04take\x18\x01 \x01(\fR\x04take\"H\n" +
+	"\x04take\x18\x01 \x01(\fR\x04take\"z\n" +
 	"\n" +
 	"TradeReply\x12\x18\n" +
 	"\x06accept\x18\x01 \x01(\fH\x00R\x06accept\x12\x18\n" +
-	"\x06reject\x18\x02 \x01(\fH\x00R\x06rejectB\x06\n" +
+	"\x06reject\x18\x02 \x01(\fH\x00R\x06reject\x120\n" +
+	"\x06resale\x18\x03 \x01(\v2\x16.suanli.v1.ResaleReplyH\x00R\x06resaleB\x06\n" +
 	"\x04body\"%\n" +
 	"\vSyncRequest\x12\x16\n" +
 	"\x06market\x18\x01 \x01(\tR\x06market*8\n" +
@@ -1477,6 +1507,7 @@ var file_book_proto_goTypes = []any{
 	(*TradeRequest)(nil), // 13: suanli.v1.TradeRequest
 	(*TradeReply)(nil),   // 14: suanli.v1.TradeReply
 	(*SyncRequest)(nil),  // 15: suanli.v1.SyncRequest
+	(*ResaleReply)(nil),  // 16: suanli.v1.ResaleReply
 }
 var file_book_proto_depIdxs = []int32{
 	0,  // 0: suanli.v1.Order.side:type_name -> suanli.v1.Side
@@ -1489,11 +1520,12 @@ var file_book_proto_depIdxs = []int32{
 	8,  // 7: suanli.v1.Lease.schedule:type_name -> suanli.v1.PriceWindow
 	7,  // 8: suanli.v1.Accept.lease:type_name -> suanli.v1.Lease
 	11, // 9: suanli.v1.BookMessage.fill:type_name -> suanli.v1.Fill
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	16, // 10: suanli.v1.TradeReply.resale:type_name -> suanli.v1.ResaleReply
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_book_proto_init() }
@@ -1501,6 +1533,7 @@ func file_book_proto_init() {
 	if File_book_proto != nil {
 		return
 	}
+	file_resale_proto_init()
 	file_book_proto_msgTypes[9].OneofWrappers = []any{
 		(*BookMessage_Order)(nil),
 		(*BookMessage_Cancel)(nil),
@@ -1509,6 +1542,7 @@ func file_book_proto_init() {
 	file_book_proto_msgTypes[11].OneofWrappers = []any{
 		(*TradeReply_Accept)(nil),
 		(*TradeReply_Reject)(nil),
+		(*TradeReply_Resale)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

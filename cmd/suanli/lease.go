@@ -124,6 +124,7 @@ func printLease(e *env, l api.LeaseView) {
 		fmt.Fprintf(e.stdout, "  executor %s %s\n", l.Executor, strings.Join(l.Exec, " "))
 	}
 	printWorkload(e, l)
+	printResale(e, l.Resale) // resale.go
 	for _, g := range l.GPUs {
 		fmt.Fprintf(e.stdout, "  gpu %s\n", g)
 	}

@@ -69,6 +69,9 @@ func (f *orderFlags) check() error {
 }
 
 func cmdAsk(e *env, args []string) error {
+	if wantsResell(args) {
+		return cmdAskResell(e, args) // resale.go
+	}
 	fs := flag.NewFlagSet("ask", flag.ContinueOnError)
 	var f orderFlags
 	f.register(fs)

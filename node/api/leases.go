@@ -38,6 +38,9 @@ type LeaseView struct {
 	Countersigned uint64     `json:"countersigned"`
 	Cumulative    string     `json:"cumulative"`
 	Note          string     `json:"note,omitempty"`
+	// Resale is the lease's resale, when it was resold or bought by
+	// resale.
+	Resale *ResaleView `json:"resale,omitempty"`
 }
 
 // LogsView is a lease's output after a seq.
@@ -181,4 +184,27 @@ type Endpoint struct {
 	ContainerPort uint16 `json:"container_port"`
 	Host          string `json:"host"`
 	HostPort      uint16 `json:"host_port"`
+}
+
+// ResaleView is a lease's resale, on the lease's view: the holder's (role
+// seller) and the new buyer's (role buyer) from the same record signed by
+// both, the provider's from the handover it took.
+type ResaleView struct {
+	Role          string    `json:"role"` // seller, buyer or provider
+	Lease         string    `json:"lease"`
+	NewLease      string    `json:"new_lease"`
+	Holder        string    `json:"holder"`
+	Buyer         string    `json:"buyer"`
+	From          time.Time `json:"from"`
+	End           time.Time `json:"end"`
+	GPUs          uint32    `json:"gpus,omitempty"`
+	LeasePrice    string    `json:"lease_price,omitempty"`
+	ResalePrice   string    `json:"resale_price,omitempty"`
+	Premium       string    `json:"premium,omitempty"` // positive: the buyer pays the holder
+	PremiumMicros int64     `json:"premium_micros"`
+	Currency      string    `json:"currency"`
+	Countersigned bool      `json:"countersigned"` // by the new buyer
+	// Record is the stored proto.SignedPremium, the same bytes on both
+	// sides once countersigned.
+	Record []byte `json:"record,omitempty"`
 }

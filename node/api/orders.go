@@ -25,6 +25,9 @@ type OrderRequest struct {
 	// Requeue, for a spot bid: when its lease is preempted, the bid goes
 	// back on the book for the rest of its duration.
 	Requeue bool `json:"requeue,omitempty"`
+	// Resell, on an ask, names a reserved lease this node bought: the ask
+	// sells the rest of its block.
+	Resell string `json:"resell,omitempty"`
 	// Bid constraints.
 	Regions        []string `json:"regions,omitempty"`
 	MinAttestation string   `json:"min_attestation,omitempty"`

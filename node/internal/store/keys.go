@@ -27,6 +27,8 @@ import (
 //	logs/<lease id>/<seq BE>               one output chunk: kind byte ('o', 'e') + data
 //	attest/<peer>                          the last attestation verdict on a provider (JSON)
 //	hist/<market>/<currency>/<unix-ms BE>/<fill id>   one price history point
+//	handover/<lease id>                    a provider's handover of a resold lease (proto.ResaleReply), synced
+//	<key of the premium record>            proto.SignedPremium of a resale (see node/resale.go), synced
 //
 // Peers are their raw ID bytes in offer/ and attest/, their string form
 // in payment/.
@@ -55,9 +57,10 @@ func fillKey(at time.Time, id string) []byte {
 	return append(append(k, '/'), id...)
 }
 
-func leaseKey(id string) []byte      { return []byte(prefixLease + id) }
-func gpuKey(uuid string) []byte      { return []byte(prefixGPU + uuid) }
-func leaseStateKey(id string) []byte { return []byte(prefixLeaseState + id) }
+func leaseKey(id string) []byte       { return []byte(prefixLease + id) }
+func handoverKey(lease string) []byte { return []byte("handover/" + lease) }
+func gpuKey(uuid string) []byte       { return []byte(prefixGPU + uuid) }
+func leaseStateKey(id string) []byte  { return []byte(prefixLeaseState + id) }
 
 func calPrefix(uuid string) []byte { return []byte(prefixCal + uuid + "/") }
 

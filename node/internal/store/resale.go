@@ -1,0 +1,95 @@
+package store
+
+import (
+	"errors"
+
+	badger "github.com/dgraph-io/badger/v4"
+	"github.com/suanli/suanli/proto"
+	gproto "google.golang.org/protobuf/proto"
+)
+
+func (s *Store) PutSignedPremium(key string, sp *proto.SignedPremium) error {
+	b, err := receiptMarshal.Marshal(sp)
+	if err != nil {
+		return err
+	}
+	return s.syncUpdate(func(txn *badger.Txn) error { return txn.Set([]byte(key), b) })
+}
+
+// SignedPremium is the record at key, or nil when there is none.
+func (s *Store) SignedPremium(key string) (*proto.SignedPremium, error) {
+	var sp proto.SignedPremium
+	err := s.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get([]byte(key))
+		if err != nil {
+			return err
+		}
+		return item.Value(func(v []byte) error { return gproto.Unmarshal(v, &sp) })
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &sp, nil
+}
+
+// ErrHandedOver is returned by PutHandover for a lease handed over before.
+var ErrHandedOver = errors.New("store: lease handed over already")
+
+// PutHandover stores a provider's handover of lease with the new lease's
+// terms, in one transaction that fails with ErrHandedOver when the lease
+// was handed over before: a lease is resold once.
+func (s *Store) PutHandover(lease string, nl *proto.Lease, rep *proto.ResaleReply) error {
+	terms, err := gproto.Marshal(nl)
+	if err != nil {
+		return err
+	}
+	rec, err := receiptMarshal.Marshal(rep)
+	if err != nil {
+		return err
+	}
+	err = s.syncUpdate(func(txn *badger.Txn) error {
+		if _, err := txn.Get(handoverKey(lease)); err == nil {
+			return ErrHandedOver
+		} else if !errors.Is(err, badger.ErrKeyNotFound) {
+			return err
+		}
+		if err := txn.Set(handoverKey(lease), rec); err != nil {
+			return err
+		}
+		return txn.Set(leaseKey(nl.Id), terms)
+	})
+	if errors.Is(err, badger.ErrConflict) {
+		return ErrHandedOver // another handover of the lease won the race
+	}
+	return err
+}
+
+// DropHandover undoes PutHandover after the handover failed.
+func (s *Store) DropHandover(lease, newLease string) {
+	s.syncUpdate(func(txn *badger.Txn) error {
+		txn.Delete(handoverKey(lease))
+		return txn.Delete(leaseKey(newLease))
+	})
+}
+
+// HandoverOf is the stored handover of lease, or nil.
+func (s *Store) HandoverOf(lease string) (*proto.ResaleReply, error) {
+	var rep proto.ResaleReply
+	err := s.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(handoverKey(lease))
+		if err != nil {
+			return err
+		}
+		return item.Value(func(v []byte) error { return gproto.Unmarshal(v, &rep) })
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &rep, nil
+}

@@ -1,0 +1,706 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	gproto "google.golang.org/protobuf/proto"
+
+	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/internal/store"
+	"github.com/suanli/suanli/p2p"
+	"github.com/suanli/suanli/proto"
+)
+
+// Resale of reserved time (market/resale.go has the rules). Three parties:
+// the holder H of reserved lease L (provider P → H), the provider P, and a
+// new buyer B.
+//
+//  1. H places a reserved ask naming L (OrderRequest.Resell): the ask
+//     carries L's signed terms (proto.Order.resell), sells L's GPUs all
+//     or none for the rest of its block (its max duration; a bid taking
+//     it must want all that is left), and only rests. Replicas take its
+//     facts (region, attestation, memory) from P's offer (resaleFacts).
+//  2. B's bid takes it from H as any ask (trade stream, proto.Take).
+//  3. H signs a proto.Handover of L to B naming B's take and sends it to P
+//     on the lease protocol (p2p.FrameHandover).
+//  4. P checks it (L reserved, H its buyer, running, not resold before —
+//     the handover is stored in one Badger transaction with the new
+//     lease's terms, so a second is refused), moves the GPUs' hold from L
+//     to L', ends L as resold at the handover t, and answers with its
+//     sealed proto.Accept of L' (P → B, the same GPUs from t to the block's
+//     end at L's price; ID: B's take's CID).
+//  5. H checks the accept, ends L as resold at t, signs the
+//     proto.Premium ((ask price − L's price) × GPUs × (end − t)) and
+//     answers B's take with a proto.ResaleReply: accept, handover,
+//     premium.
+//  6. B checks the accept is L's provider's and its lease is L's rest, the
+//     handover and the premium, countersigns the premium, stores the
+//     record and starts L'; the countersignature goes to H
+//     (p2p.FramePremium), which stores the same record.
+//
+// Keys (synced writes):
+//
+//	handover/<lease>        on P: proto.ResaleReply (handover, accept) of the lease resold
+//	resale/sold/<lease>     on H: proto.SignedPremium of the lease it resold
+//	resale/bought/<lease>   on B: proto.SignedPremium of the lease it bought by resale
+
+// resaleClaims holds the resales in flight, by node and lease, so one
+// holder never hands a lease over twice at once.
+var resaleClaims sync.Map
+
+func claimResale(n *Node, lease string) (release func(), ok bool) {
+	key := n.host.ID().String() + "/" + lease
+	if _, busy := resaleClaims.LoadOrStore(key, struct{}{}); busy {
+		return nil, false
+	}
+	return func() { resaleClaims.Delete(key) }, true
+}
+
+func (n *Node) resaleReject(kind string, err error) error {
+	n.metrics.rejects.WithLabelValues(kind, market.ResaleReason(err)).Inc()
+	n.log.Info("resale refused", "kind", kind, "err", err)
+	return err
+}
+
+// resoldLeaseTerms reads the resold lease's terms an ask carries: a
+// marshalled proto.Fill, either a whole trade (its take and accept, both
+// signed) or the provider's accept of a lease bought by resale.
+func resoldLeaseTerms(b []byte, now time.Time) (*proto.Lease, error) {
+	var f proto.Fill
+	if len(b) == 0 || len(b) > proto.MaxBookMessageSize {
+		return nil, &market.ResaleError{Label: "schema", Reason: "no resold lease terms, or too large"}
+	}
+	if err := gproto.Unmarshal(b, &f); err != nil {
+		return nil, &market.ResaleError{Label: "schema", Reason: "resold lease terms: " + err.Error()}
+	}
+	acc, signer, err := p2p.Open[*proto.Accept](f.Accept, proto.MaxBookMessageSize)
+	if err != nil || acc.GetLease() == nil {
+		return nil, &market.ResaleError{Label: "schema", Reason: fmt.Sprintf("resold lease accept: %v", err)}
+	}
+	l := acc.Lease
+	if err := market.ValidateTerms(l); err != nil {
+		return nil, &market.ResaleError{Label: "wrong-terms", Reason: err.Error()}
+	}
+	// The provider's own accept binds it; a maker-buyer's accept binds the
+	// provider only with the provider's take beside it (p2p.OpenFill).
+	if bytes.Equal([]byte(signer), l.Provider) && bytes.Equal(acc.Maker, l.Provider) && acc.TakeId == l.Id {
+		return l, nil
+	}
+	ev, err := p2p.OpenFill(&f, now)
+	if err != nil || ev.Lease == nil || !bytes.Equal(ev.Lease.Provider, l.Provider) {
+		return nil, &market.ResaleError{Label: "bad-provider", Reason: fmt.Sprintf("resold lease terms not signed by its provider (%v)", err)}
+	}
+	return ev.Lease, nil
+}
+
+// askFactsOf checks an ask as askFacts does, or a resale ask as
+// resaleFacts does.
+func (n *Node) askFactsOf(ctx context.Context, o *market.Order, po *proto.Order) error {
+	if len(po.GetResell()) > 0 {
+		return n.resaleFacts(ctx, o, po)
+	}
+	return n.askFacts(ctx, o, po.GetOfferSeq())
+}
+
+// resaleFacts checks a resale ask against the lease it names and takes its
+// facts from that lease's provider's offer: its maker holds the lease, and
+// the ask sells all the lease's GPUs at most for the rest of its block.
+func (n *Node) resaleFacts(ctx context.Context, o *market.Order, po *proto.Order) error {
+	now := n.now()
+	l, err := resoldLeaseTerms(po.Resell, now)
+	if err != nil {
+		return err
+	}
+	maker, err := peer.Decode(o.Maker)
+	if err != nil {
+		return err
+	}
+	if err := market.CheckResellable(l, []byte(maker), now); err != nil {
+		return err
+	}
+	end := market.LeaseEnd(l)
+	switch {
+	case o.Side != market.Ask || o.LeaseType != market.Reserved:
+		return &market.ResaleError{Label: "not-reserved", Reason: "a resale is a reserved ask"}
+	case o.Market != l.Market || o.Currency != l.Currency:
+		return &market.ResaleError{Label: "wrong-terms", Reason: "resale ask's market or currency is not the lease's"}
+	case int(o.Quantity) != len(l.Gpus) || !o.AllOrNone || !o.PostOnly:
+		return &market.ResaleError{Label: "wrong-gpus", Reason: fmt.Sprintf("a resale sells all %d GPUs of the lease at once and only rests", len(l.Gpus))}
+	case o.MaxDuration > end.Sub(o.Created)+time.Second || o.Expires.After(end):
+		return &market.ResaleError{Label: "wrong-duration", Reason: "resale ask outlasts the lease's block"}
+	case !o.Start.IsZero():
+		return &market.ResaleError{Label: "wrong-duration", Reason: "a resale starts at the handover"}
+	}
+	offer, err := n.offerOf(ctx, peer.ID(l.Provider), 0)
+	if err != nil {
+		return err
+	}
+	var mem uint64
+	for _, g := range offer.Gpus {
+		if g.Market == l.Market {
+			mem = g.MemoryBytes
+		}
+	}
+	o.Facts = market.Facts{Region: offer.Region, Attestation: n.attestedLevel(ctx, peer.ID(l.Provider), offer), MemoryBytes: mem}
+	return nil
+}
+
+// placeResale places a resale ask of the lease req.Resell names (see
+// PlaceOrder): all its GPUs for the rest of its block, at req.Price.
+func (n *Node) placeResale(ctx context.Context, req api.OrderRequest) (api.OrderView, error) {
+	now := n.now()
+	refuse := func(err error) (api.OrderView, error) {
+		n.resaleReject("resale", err)
+		return api.OrderView{}, api.BadRequest("%v", err)
+	}
+	r, err := n.leaseRun(req.Resell)
+	if err != nil {
+		return refuse(&market.ResaleError{Label: "not-holder", Reason: fmt.Sprintf("this node holds no lease %s", req.Resell)})
+	}
+	if r.rec.Role != market.RoleBuyer {
+		return refuse(&market.ResaleError{Label: "not-holder", Reason: fmt.Sprintf("lease %s is this node's to provide, not to resell", r.id)})
+	}
+	r.mu.Lock()
+	terms, state, fill := r.terms, r.ml.State, r.rec.Fill
+	r.mu.Unlock()
+	if err := market.CheckResellable(terms, []byte(n.host.ID()), now); err != nil {
+		return refuse(err)
+	}
+	if sold, _ := n.store.SignedPremium("resale/sold/" + r.id); sold != nil {
+		return refuse(&market.ResaleError{Label: "already-resold", Reason: fmt.Sprintf("lease %s was resold already", r.id)})
+	}
+	if state != market.LeaseRunning {
+		return refuse(&market.ResaleError{Label: "ended", Reason: fmt.Sprintf("lease %s is %s", r.id, state)})
+	}
+	if len(fill) == 0 {
+		return api.OrderView{}, fmt.Errorf("node: lease %s has no stored signed terms to resell", r.id)
+	}
+	if req.Currency != "" && req.Currency != terms.Currency {
+		return api.OrderView{}, api.BadRequest("lease %s is priced in %s, not %s", r.id, terms.Currency, req.Currency)
+	}
+	price, err := market.ParseMoney(req.Price, terms.Currency)
+	if err != nil {
+		return api.OrderView{}, api.BadRequest("price: %v", err)
+	}
+	expires := defaultOrderTTL
+	if req.Expires != "" {
+		if expires, err = time.ParseDuration(req.Expires); err != nil {
+			return api.OrderView{}, api.BadRequest("expires: %v", err)
+		}
+	}
+	end := market.LeaseEnd(terms)
+	rest := end.Sub(now).Truncate(time.Second)
+	if err := n.JoinMarket(ctx, terms.Market); err != nil {
+		return api.OrderView{}, err
+	}
+	var nonce [8]byte
+	rand.Read(nonce[:])
+	until := now.Add(expires)
+	if until.After(end) {
+		until = end
+	}
+	po := &proto.Order{
+		Maker: []byte(n.host.ID()), Side: proto.Side_SIDE_ASK, Market: terms.Market, Currency: terms.Currency,
+		Quantity: uint32(len(terms.Gpus)), PriceMicros: price.Micros, LeaseType: proto.LeaseType_LEASE_TYPE_RESERVED,
+		MinDurationS: 1, MaxDurationS: int64(rest / time.Second),
+		CreatedUnixMs: now.UnixMilli(), ExpiresUnixMs: until.UnixMilli(),
+		Nonce: binary.BigEndian.Uint64(nonce[:]), PostOnly: true, AllOrNone: true, ClientKey: req.ClientKey, Resell: fill,
+	}
+	o, err := p2p.OrderFromProto(po)
+	if err != nil {
+		return api.OrderView{}, api.BadRequest("%v", err)
+	}
+	if err := o.Validate(now); err != nil {
+		return api.OrderView{}, api.BadRequest("%v", err)
+	}
+	if err := n.resaleFacts(ctx, o, po); err != nil {
+		if errors.Is(err, market.ErrResale) {
+			return refuse(err)
+		}
+		return api.OrderView{}, api.BadRequest("%v", err)
+	}
+	env, err := p2p.Seal(n.key, po, proto.MaxBookMessageSize)
+	if err != nil {
+		return api.OrderView{}, err
+	}
+	o.ID = proto.CIDOf(env).String()
+	n.books.mu.Lock()
+	s, err := n.books.state(o.Market, o.Currency)
+	if err == nil {
+		if _, merr := s.book.Match(o, now); errors.Is(merr, market.ErrWouldCross) {
+			err = api.BadRequest("a resale ask only rests, and a bid at or above %s rests now: take it by placing the ask under it later, or cancel",
+				market.FormatMicros(o.Price, o.Currency))
+		} else if err = s.book.Add(o, now); err == nil {
+			s.envs[o.ID] = env
+		}
+	}
+	n.books.mu.Unlock()
+	if err != nil {
+		return api.OrderView{}, api.BadRequest("%v", err)
+	}
+	n.ownMu.Lock()
+	n.own[o.ID] = &ownOrder{order: *o, env: env, status: "resting", req: req}
+	n.ownMu.Unlock()
+	ev := &p2p.BookEvent{Kind: p2p.KindOrder, Order: o, OrderProto: po, Envelope: env}
+	if err := n.publishBook(ctx, o.Market, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}}, ev); err != nil {
+		n.log.Warn("publishing resale ask failed", "order", o.ID, "err", err)
+	}
+	n.log.Info("resale ask placed", "order", o.ID, "lease", r.id, "price", market.FormatMicros(o.Price, o.Currency), "rest", rest)
+	return n.Order(ctx, o.ID)
+}
+
+// handleResaleTake is the holder's side of a take of its resale ask (see
+// the steps above); ok is false when the take is not of one.
+func (n *Node) handleResaleTake(ctx context.Context, from peer.ID, takeEnv []byte) (reply *proto.TradeReply, ok bool) {
+	take, signer, err := p2p.Open[*proto.Take](takeEnv, proto.MaxBookMessageSize)
+	if err != nil || signer != from || string(take.Taker) != string(signer) {
+		return nil, false // handleTake refuses it
+	}
+	n.ownMu.Lock()
+	oo := n.own[take.MakerOrderId]
+	var lease string
+	if oo != nil {
+		lease = oo.req.Resell
+	}
+	n.ownMu.Unlock()
+	if lease == "" {
+		return nil, false
+	}
+	takeID := proto.CIDOf(takeEnv).String()
+	reject := func(err error) (*proto.TradeReply, bool) {
+		n.resaleReject("resale-take", err)
+		env, serr := p2p.Seal(n.key, &proto.Reject{Maker: []byte(n.host.ID()), TakeId: takeID, Reason: err.Error()}, proto.MaxBookMessageSize)
+		if serr != nil {
+			return nil, true
+		}
+		return &proto.TradeReply{Body: &proto.TradeReply_Reject{Reject: env}}, true
+	}
+	rerr := func(label, format string, args ...any) error {
+		return &market.ResaleError{Label: label, Reason: fmt.Sprintf(format, args...)}
+	}
+	release, claimed := claimResale(n, lease)
+	if !claimed {
+		return reject(rerr("busy", "lease %s is being handed over to another taker", lease))
+	}
+	defer release()
+	now := n.now()
+	r, err := n.leaseRun(lease)
+	if err != nil {
+		return reject(rerr("not-holder", "%v", err))
+	}
+	terms := r.terms
+	if err := market.CheckResellable(terms, []byte(n.host.ID()), now); err != nil {
+		return reject(err)
+	}
+	if sold, _ := n.store.SignedPremium("resale/sold/" + lease); sold != nil {
+		return reject(rerr("already-resold", "lease %s was resold already", lease))
+	}
+	to, _, err := p2p.OpenOrder(take.TakerOrder, now)
+	if err != nil {
+		return reject(rerr("schema", "taker order: %v", err))
+	}
+	n.books.mu.Lock()
+	s, err := n.books.state(take.Market, take.Currency)
+	var mine market.Order
+	var remaining uint32
+	var open bool
+	if err == nil {
+		mine, remaining, open = s.book.Lookup(take.MakerOrderId)
+	}
+	n.books.mu.Unlock()
+	rest := market.LeaseEnd(terms).Sub(now).Truncate(time.Second)
+	switch {
+	case !open || mine.Maker != n.host.ID().String():
+		return reject(rerr("closed", "resale ask %s is not open", take.MakerOrderId))
+	case to.Maker != from.String() || to.Side != market.Bid || to.Market != take.Market || to.Currency != take.Currency:
+		return reject(rerr("schema", "taker order does not belong to the take"))
+	case take.Quantity != remaining || int(take.Quantity) != len(terms.Gpus):
+		return reject(rerr("wrong-gpus", "a resale sells all %d GPUs of the lease; the take wants %d", len(terms.Gpus), take.Quantity))
+	case take.PriceMicros != mine.Price:
+		return reject(rerr("wrong-price", "take price %d is not the ask's %d", take.PriceMicros, mine.Price))
+	case take.LeaseType != proto.LeaseType_LEASE_TYPE_RESERVED:
+		return reject(rerr("not-reserved", "a resale is of reserved time"))
+	case to.Duration < rest:
+		return reject(rerr("wrong-duration", "a resale sells the rest of the block, %s; the bid wants %s", rest, to.Duration))
+	}
+	// The book's own rules on just this pair: constraints, lease type,
+	// self-match.
+	pair, err := market.NewBook(take.Market, take.Currency)
+	if err != nil {
+		return reject(rerr("schema", "%v", err))
+	}
+	resting := mine
+	resting.ClientKey = ""
+	if err := pair.Add(&resting, now); err != nil {
+		return reject(rerr("schema", "ask: %v", err))
+	}
+	incoming := *to
+	incoming.Quantity, incoming.AllOrNone, incoming.PostOnly, incoming.TimeInForce, incoming.ClientKey = take.Quantity, false, false, market.IOC, ""
+	if ms, err := pair.Match(&incoming, now); err != nil || len(ms) != 1 || ms[0].Quantity != take.Quantity {
+		return reject(rerr("no-match", "the orders do not match (%v)", err))
+	}
+
+	h := &proto.Handover{LeaseId: lease, Holder: []byte(n.host.ID()), Buyer: []byte(from), Take: takeEnv,
+		AskId: take.MakerOrderId, CreatedUnixMs: now.UnixMilli()}
+	hEnv, err := p2p.Seal(n.key, h, proto.MaxReceiptSize)
+	if err != nil {
+		return reject(rerr("schema", "%v", err))
+	}
+	hctx, cancel := context.WithTimeout(ctx, acceptWindow)
+	kind, body, err := p2p.SendReceiptMessage(hctx, n.host, r.peer, p2p.FrameHandover, hEnv)
+	cancel()
+	switch {
+	case err != nil:
+		return reject(rerr("provider-unreachable", "the lease's provider did not answer the handover: %v", err))
+	case kind == p2p.FrameRefuse:
+		return reject(rerr("provider-refused", "the lease's provider refused the handover: %s", truncate(string(body), 512)))
+	case kind != p2p.FrameOK:
+		return reject(rerr("provider-refused", "the lease's provider answered %q", kind))
+	}
+	accEnv := body
+	nl, err := checkResaleAccept(terms, accEnv, takeEnv, []byte(from))
+	if err != nil {
+		n.log.Error("the provider's accept of a handover is wrong", "lease", lease, "err", err)
+		return reject(err)
+	}
+	at := time.UnixMilli(nl.StartUnixMs)
+	r.mu.Lock()
+	if r.ml.State == market.LeaseRunning {
+		n.endLocked(r, market.CloseResold, at, "resold to "+from.String()+" as lease "+nl.Id)
+	}
+	r.mu.Unlock()
+	r.poke()
+	n.runLease(r)
+
+	p, err := market.NewPremium(terms, nl, mine.Price, n.now())
+	if err != nil {
+		return reject(err)
+	}
+	pEnv, err := p2p.Seal(n.key, p, proto.MaxReceiptSize)
+	if err != nil {
+		return reject(rerr("schema", "%v", err))
+	}
+	if err := n.store.PutSignedPremium("resale/sold/"+lease, &proto.SignedPremium{Premium: pEnv, Handover: hEnv, Accept: accEnv}); err != nil {
+		n.log.Error("storing a resale failed", "lease", lease, "err", err)
+	}
+	f := market.Fill{ID: proto.CIDOf(accEnv).String(), Market: take.Market, Currency: take.Currency, BidID: to.ID,
+		AskID: take.MakerOrderId, Buyer: from.String(), Provider: n.host.ID().String(), Quantity: take.Quantity,
+		Price: mine.Price, LeaseType: market.Reserved, Time: n.now()}
+	n.ownFilled(f, nl)
+	n.wg.Add(1)
+	go func() { // the ask is sold: off the book
+		defer n.wg.Done()
+		cctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
+		defer cancel()
+		if _, err := n.CancelOrder(cctx, take.MakerOrderId); err != nil {
+			n.log.Debug("withdrawing a sold resale ask", "order", take.MakerOrderId, "err", err)
+		}
+	}()
+	n.log.Info("lease resold", "lease", lease, "to", shortID(from), "new", nl.Id, "at", at.Format(time.RFC3339Nano),
+		"premium", market.FormatMicros(p.PremiumMicros, p.Currency))
+	return &proto.TradeReply{Body: &proto.TradeReply_Resale{Resale: &proto.ResaleReply{Accept: accEnv, Handover: hEnv, Premium: pEnv}}}, true
+}
+
+// checkResaleAccept checks the provider's accept of a handover of the
+// lease on terms to buyer for its take: signed by the lease's provider,
+// for that take, and its lease the rest of terms' block.
+func checkResaleAccept(terms *proto.Lease, accEnv, takeEnv, buyer []byte) (*proto.Lease, error) {
+	acc, signer, err := p2p.Open[*proto.Accept](accEnv, proto.MaxBookMessageSize)
+	takeID := proto.CIDOf(takeEnv).String()
+	switch {
+	case err != nil:
+		return nil, &market.ResaleError{Label: "bad-accept", Reason: fmt.Sprintf("accept: %v", err)}
+	case !bytes.Equal([]byte(signer), terms.Provider) || !bytes.Equal(acc.Maker, terms.Provider):
+		return nil, &market.ResaleError{Label: "bad-accept", Reason: "accept not signed by the lease's provider"}
+	case acc.TakeId != takeID || acc.GetLease().GetId() != takeID:
+		return nil, &market.ResaleError{Label: "bad-accept", Reason: "accept is not of this take"}
+	}
+	if err := market.CheckResoldTerms(terms, acc.Lease, buyer); err != nil {
+		return nil, err
+	}
+	return acc.Lease, nil
+}
+
+// takeHandover is the provider's side of a handover: checked, stored with
+// the new lease's terms in one transaction, the old lease ended as resold
+// and the new one started; it returns the sealed accept.
+func (n *Node) takeHandover(from peer.ID, env []byte) ([]byte, error) {
+	acc, err := n.handover(from, env)
+	if err != nil {
+		return nil, n.resaleReject("handover", err)
+	}
+	return acc, nil
+}
+
+func (n *Node) handover(from peer.ID, env []byte) ([]byte, error) {
+	rerr := func(label, format string, args ...any) error {
+		return &market.ResaleError{Label: label, Reason: fmt.Sprintf(format, args...)}
+	}
+	h, signer, err := p2p.Open[*proto.Handover](env, proto.MaxReceiptSize)
+	if err != nil {
+		return nil, rerr("bad-envelope", "handover: %v", err)
+	}
+	if signer != from {
+		return nil, rerr("not-holder", "handover not signed by its sender")
+	}
+	r, err := n.leaseRun(h.LeaseId)
+	if err != nil || r.rec.Role != market.RoleProvider {
+		return nil, rerr("unknown-lease", "no lease %q provided by this node", h.LeaseId)
+	}
+	now := n.now()
+	if err := market.CheckHandover(h, []byte(signer), r.terms, now); err != nil {
+		return nil, err
+	}
+	take, taker, err := p2p.Open[*proto.Take](h.Take, proto.MaxBookMessageSize)
+	switch {
+	case err != nil:
+		return nil, rerr("bad-take", "take: %v", err)
+	case !bytes.Equal([]byte(taker), h.Buyer) || !bytes.Equal(take.Taker, h.Buyer):
+		return nil, rerr("bad-take", "take not signed by the new buyer")
+	case take.MakerOrderId != h.AskId || take.Market != r.terms.Market || take.Currency != r.terms.Currency:
+		return nil, rerr("bad-take", "take is not of the holder's resale ask")
+	case int(take.Quantity) != len(r.terms.Gpus) || take.LeaseType != proto.LeaseType_LEASE_TYPE_RESERVED:
+		return nil, rerr("wrong-gpus", "take of %d GPUs of %v for a lease of %d reserved", take.Quantity, take.LeaseType, len(r.terms.Gpus))
+	}
+	takeID := proto.CIDOf(h.Take).String()
+	if prev, err := n.store.HandoverOf(r.id); err == nil && prev != nil {
+		if prevH, _, err := p2p.Open[*proto.Handover](prev.Handover, proto.MaxReceiptSize); err == nil && bytes.Equal(prevH.Take, h.Take) {
+			return prev.Accept, nil // the same handover again: the same answer
+		}
+		return nil, rerr("already-resold", "lease %s was handed over already", r.id)
+	}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ml.State != market.LeaseRunning {
+		return nil, rerr("ended", "lease %s is %s", r.id, r.ml.State)
+	}
+	at, err := market.HandoverAt(r.terms, max(r.ml.Chain.WindowEndUnixMs, r.ml.StartedAt.UnixMilli()), now)
+	if err != nil {
+		return nil, err
+	}
+	nl := market.ResoldTerms(r.terms, h.Buyer, takeID, at)
+	acc := &proto.Accept{Maker: []byte(n.host.ID()), TakeId: takeID, Lease: nl, CreatedUnixMs: now.UnixMilli()}
+	accEnv, err := p2p.Seal(n.key, acc, proto.MaxBookMessageSize)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.putHandover(r.id, nl, &proto.ResaleReply{Handover: env, Accept: accEnv}); err != nil {
+		return nil, err
+	}
+	end := market.LeaseEnd(r.terms)
+	if err := n.store.ReserveGPUs(nl.Gpus, nl.Id, end, r.id); err != nil {
+		n.store.DropHandover(r.id, nl.Id)
+		return nil, rerr("gpus", "moving the GPUs to the new lease: %v", err)
+	}
+	n.endLocked(r, market.CloseResold, at, "resold by the buyer to "+peer.ID(h.Buyer).String()+" as lease "+nl.Id)
+	closedAt := r.ml.ClosedAt
+	n.log.Info("lease handed over", "lease", r.id, "to", shortID(peer.ID(h.Buyer)), "new", nl.Id, "at", at.Format(time.RFC3339Nano))
+
+	ev := &p2p.BookEvent{Kind: p2p.KindFill, Lease: nl, Take: take, Raw: &proto.Fill{Take: h.Take, Accept: accEnv},
+		Fill: &market.Fill{ID: proto.CIDOf(accEnv).String(), Market: nl.Market, Currency: nl.Currency, AskID: h.AskId,
+			Buyer: peer.ID(h.Buyer).String(), Provider: n.host.ID().String(), Quantity: take.Quantity, Price: nl.PriceMicros,
+			LeaseType: market.Reserved, Time: now}}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.leaseFromFill(ev)
+		r.poke()
+		n.runLease(r)
+		// The holder ends its side on the accept; the notice is for a
+		// holder that did not get it.
+		n.sendClose(r, market.CloseResold, closedAt)
+	}()
+	return accEnv, nil
+}
+
+// takeResale is the new buyer's side: the holder's reply to its take of a
+// resale ask m checked (the accept is the lease's provider's, for the rest
+// of the lease's block at its price; the handover names this take; the
+// premium is right), the premium countersigned and stored, the new lease
+// started. It returns the GPUs bought.
+func (n *Node) takeResale(o *market.Order, m market.Match, takeEnv []byte, rep *proto.ResaleReply) (uint32, error) {
+	q, err := n.checkResale(o, m, takeEnv, rep)
+	if err != nil {
+		return 0, n.resaleReject("resale-reply", err)
+	}
+	return q, nil
+}
+
+func (n *Node) checkResale(o *market.Order, m market.Match, takeEnv []byte, rep *proto.ResaleReply) (uint32, error) {
+	rerr := func(label, format string, args ...any) error {
+		return &market.ResaleError{Label: label, Reason: fmt.Sprintf(format, args...)}
+	}
+	now := n.now()
+	me := []byte(n.host.ID())
+	n.books.mu.Lock()
+	var askEnv []byte
+	if s, err := n.books.state(o.Market, o.Currency); err == nil {
+		askEnv = s.envs[m.OrderID]
+	}
+	n.books.mu.Unlock()
+	if askEnv == nil {
+		return 0, rerr("closed", "resale ask %s left the book", m.OrderID)
+	}
+	_, po, err := p2p.OpenOrder(askEnv, now)
+	if err != nil {
+		return 0, rerr("schema", "resale ask: %v", err)
+	}
+	terms, err := resoldLeaseTerms(po.Resell, now)
+	if err != nil {
+		return 0, err
+	}
+	holder, err := peer.Decode(m.Maker)
+	if err != nil || !bytes.Equal(terms.Buyer, []byte(holder)) {
+		return 0, rerr("not-holder", "the resale ask's maker does not hold the lease")
+	}
+	nl, err := checkResaleAccept(terms, rep.GetAccept(), takeEnv, me)
+	if err != nil {
+		return 0, err
+	}
+	h, hs, err := p2p.Open[*proto.Handover](rep.GetHandover(), proto.MaxReceiptSize)
+	if err != nil {
+		return 0, rerr("bad-envelope", "handover: %v", err)
+	}
+	if hs != holder || !bytes.Equal(h.Take, takeEnv) || !bytes.Equal(h.Buyer, me) || h.LeaseId != terms.Id || h.AskId != m.OrderID {
+		return 0, rerr("bad-handover", "the handover is not of this take by the lease's holder")
+	}
+	p, ps, err := p2p.Open[*proto.Premium](rep.GetPremium(), proto.MaxReceiptSize)
+	if err != nil {
+		return 0, rerr("bad-envelope", "premium: %v", err)
+	}
+	if err := market.CheckPremium(p, []byte(ps), terms, nl, m.Price, now); err != nil {
+		return 0, err
+	}
+	cs := &proto.PremiumCountersign{LeaseId: terms.Id, PremiumHash: proto.ReceiptHash(rep.Premium), Buyer: me, CreatedUnixMs: now.UnixMilli()}
+	csEnv, err := p2p.Seal(n.key, cs, proto.MaxReceiptSize)
+	if err != nil {
+		return 0, err
+	}
+	sp := &proto.SignedPremium{Premium: rep.Premium, Countersign: csEnv, Handover: rep.Handover, Accept: rep.Accept}
+	if err := n.store.PutSignedPremium("resale/bought/"+nl.Id, sp); err != nil {
+		return 0, err
+	}
+	if err := n.store.PutLease(nl); err != nil {
+		return 0, err
+	}
+	take, _, _ := p2p.Open[*proto.Take](takeEnv, proto.MaxBookMessageSize)
+	f := market.Fill{ID: proto.CIDOf(rep.Accept).String(), Market: nl.Market, Currency: nl.Currency, BidID: o.ID, AskID: m.OrderID,
+		Buyer: n.host.ID().String(), Provider: holder.String(), Quantity: uint32(len(nl.Gpus)), Price: m.Price,
+		LeaseType: market.Reserved, Time: now}
+	n.leaseFromFill(&p2p.BookEvent{Kind: p2p.KindFill, Lease: nl, Take: take, Raw: &proto.Fill{Take: takeEnv, Accept: rep.Accept}, Fill: &f})
+	n.ownFilled(f, nl)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.sendPremiumCountersign(holder, csEnv)
+	}()
+	n.log.Info("lease bought by resale", "lease", nl.Id, "from", shortID(holder), "of", terms.Id,
+		"premium", market.FormatMicros(p.PremiumMicros, p.Currency))
+	return uint32(len(nl.Gpus)), nil
+}
+
+// sendPremiumCountersign gives the holder the countersigned premium,
+// retrying for a while.
+func (n *Node) sendPremiumCountersign(holder peer.ID, env []byte) {
+	for backoff, tries := 250*time.Millisecond, 0; tries < 12; backoff, tries = min(2*backoff, 5*time.Second), tries+1 {
+		ctx, cancel := context.WithTimeout(n.ctx, p2p.ReceiptTimeout)
+		kind, body, err := p2p.SendReceiptMessage(ctx, n.host, holder, p2p.FramePremium, env)
+		cancel()
+		if err == nil && kind == p2p.FrameOK {
+			return
+		}
+		if err == nil && kind == p2p.FrameRefuse {
+			n.log.Warn("premium countersignature refused", "holder", shortID(holder), "answer", string(body))
+			return
+		}
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// takePremiumCountersign is the holder's side: the new buyer's
+// countersignature of the premium it signed, stored beside it.
+func (n *Node) takePremiumCountersign(from peer.ID, env []byte) error {
+	err := func() error {
+		cs, signer, err := p2p.Open[*proto.PremiumCountersign](env, proto.MaxReceiptSize)
+		if err != nil {
+			return &market.ResaleError{Label: "bad-envelope", Reason: err.Error()}
+		}
+		key := "resale/sold/" + cs.LeaseId
+		sp, err := n.store.SignedPremium(key)
+		if err != nil || sp == nil {
+			return &market.ResaleError{Label: "unknown-lease", Reason: fmt.Sprintf("no resale of lease %q by this node", cs.LeaseId)}
+		}
+		p, _, err := p2p.Open[*proto.Premium](sp.Premium, proto.MaxReceiptSize)
+		if err != nil {
+			return err
+		}
+		if signer != from || !bytes.Equal(cs.Buyer, []byte(signer)) || !bytes.Equal(p.Buyer, []byte(signer)) ||
+			!bytes.Equal(cs.PremiumHash, proto.ReceiptHash(sp.Premium)) {
+			return &market.ResaleError{Label: "bad-countersign", Reason: "premium countersignature not the new buyer's, or of another premium"}
+		}
+		if len(sp.Countersign) > 0 {
+			return nil // already taken
+		}
+		sp.Countersign = env
+		return n.store.PutSignedPremium(key, sp)
+	}()
+	if err != nil {
+		return n.resaleReject("premium", err)
+	}
+	return nil
+}
+
+// resaleView is lease id's resale as this node knows it, or nil.
+func (n *Node) resaleView(id string) *api.ResaleView {
+	for _, k := range []struct{ key, role string }{{"resale/sold/" + id, "seller"}, {"resale/bought/" + id, "buyer"}} {
+		sp, err := n.store.SignedPremium(k.key)
+		if err != nil || sp == nil {
+			continue
+		}
+		p, _, err := p2p.Open[*proto.Premium](sp.Premium, proto.MaxReceiptSize)
+		if err != nil {
+			continue
+		}
+		rec, _ := gproto.MarshalOptions{Deterministic: true}.Marshal(sp)
+		return &api.ResaleView{Role: k.role, Lease: p.LeaseId, NewLease: p.NewLeaseId, Holder: peer.ID(p.Holder).String(),
+			Buyer: peer.ID(p.Buyer).String(), From: time.UnixMilli(p.FromUnixMs).UTC(), End: time.UnixMilli(p.EndUnixMs).UTC(),
+			GPUs: p.Gpus, LeasePrice: market.FormatMicros(p.LeasePriceMicros, p.Currency),
+			ResalePrice: market.FormatMicros(p.ResalePriceMicros, p.Currency), Premium: market.FormatMicros(p.PremiumMicros, p.Currency),
+			PremiumMicros: p.PremiumMicros, Currency: p.Currency, Countersigned: len(sp.Countersign) > 0, Record: rec}
+	}
+	if rep, err := n.store.HandoverOf(id); err == nil && rep != nil {
+		h, _, err1 := p2p.Open[*proto.Handover](rep.Handover, proto.MaxReceiptSize)
+		acc, _, err2 := p2p.Open[*proto.Accept](rep.Accept, proto.MaxBookMessageSize)
+		if err1 == nil && err2 == nil && acc.Lease != nil {
+			return &api.ResaleView{Role: "provider", Lease: id, NewLease: acc.Lease.Id, Holder: peer.ID(h.Holder).String(),
+				Buyer: peer.ID(h.Buyer).String(), From: time.UnixMilli(acc.Lease.StartUnixMs).UTC(), End: market.LeaseEnd(acc.Lease),
+				GPUs: uint32(len(acc.Lease.Gpus)), LeasePrice: market.FormatMicros(acc.Lease.PriceMicros, acc.Lease.Currency),
+				Currency: acc.Lease.Currency}
+		}
+	}
+	return nil
+}
+
+// putHandover stores a handover once per lease (see store.PutHandover): a
+// second is refused as already resold.
+func (n *Node) putHandover(lease string, nl *proto.Lease, rep *proto.ResaleReply) error {
+	err := n.store.PutHandover(lease, nl, rep)
+	if errors.Is(err, store.ErrHandedOver) {
+		return &market.ResaleError{Label: "already-resold", Reason: fmt.Sprintf("lease %s was handed over already", lease)}
+	}
+	return err
+}
