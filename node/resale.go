@@ -528,28 +528,22 @@ func (n *Node) handover(from peer.ID, env []byte) ([]byte, error) {
 // of the lease's block at its price; the handover names this take; the
 // premium is right), the premium countersigned and stored, the new lease
 // started. It returns the GPUs bought.
-func (n *Node) takeResale(o *market.Order, m market.Match, takeEnv []byte, rep *proto.ResaleReply) (uint32, error) {
-	q, err := n.checkResale(o, m, takeEnv, rep)
+func (n *Node) takeResale(o *market.Order, m market.Match, takeEnv, askEnv []byte, rep *proto.ResaleReply) (uint32, error) {
+	q, err := n.checkResale(o, m, takeEnv, askEnv, rep)
 	if err != nil {
 		return 0, n.resaleReject("resale-reply", err)
 	}
 	return q, nil
 }
 
-func (n *Node) checkResale(o *market.Order, m market.Match, takeEnv []byte, rep *proto.ResaleReply) (uint32, error) {
+func (n *Node) checkResale(o *market.Order, m market.Match, takeEnv, askEnv []byte, rep *proto.ResaleReply) (uint32, error) {
 	rerr := func(label, format string, args ...any) error {
 		return &market.ResaleError{Label: label, Reason: fmt.Sprintf(format, args...)}
 	}
 	now := n.now()
 	me := []byte(n.host.ID())
-	n.books.mu.Lock()
-	var askEnv []byte
-	if s, err := n.books.state(o.Market, o.Currency); err == nil {
-		askEnv = s.envs[m.OrderID]
-	}
-	n.books.mu.Unlock()
 	if askEnv == nil {
-		return 0, rerr("closed", "resale ask %s left the book", m.OrderID)
+		return 0, rerr("closed", "resale ask %s was not on the book when taken", m.OrderID)
 	}
 	_, po, err := p2p.OpenOrder(askEnv, now)
 	if err != nil {
@@ -703,4 +697,14 @@ func (n *Node) putHandover(lease string, nl *proto.Lease, rep *proto.ResaleReply
 		return &market.ResaleError{Label: "already-resold", Reason: fmt.Sprintf("lease %s was handed over already", lease)}
 	}
 	return err
+}
+
+// bookEnv is the signed order id as this node's book holds it, or nil.
+func (n *Node) bookEnv(mkt, cur, id string) []byte {
+	n.books.mu.Lock()
+	defer n.books.mu.Unlock()
+	if s, err := n.books.state(mkt, cur); err == nil {
+		return s.envs[id]
+	}
+	return nil
 }

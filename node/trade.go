@@ -429,6 +429,9 @@ func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.M
 		}
 		takeID = proto.CIDOf(takeEnv).String()
 	}
+	// A resale's reply is checked against the ask as it was taken: the
+	// fill's gossip can remove it from the book before the reply arrives.
+	askEnv := n.bookEnv(o.Market, o.Currency, m.OrderID)
 	tctx, cancel := context.WithTimeout(ctx, takeTimeout)
 	reply, err := p2p.SendTake(tctx, n.host, maker, takeEnv)
 	cancel()
@@ -451,7 +454,7 @@ func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.M
 		}
 		return 0, fmt.Errorf("maker rejected: %s", rj.Reason)
 	case *proto.TradeReply_Resale:
-		return n.takeResale(o, m, takeEnv, body.Resale) // resale.go
+		return n.takeResale(o, m, takeEnv, askEnv, body.Resale) // resale.go
 	case *proto.TradeReply_Accept:
 		fill := &proto.Fill{Take: takeEnv, Accept: body.Accept}
 		ev, err := p2p.OpenFill(fill, n.now())
