@@ -6,6 +6,7 @@ import (
 
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/internal/exchange"
 )
 
 // Book implements API: it joins the market if needed (fetching its open
@@ -19,49 +20,47 @@ func (n *Node) Book(ctx context.Context, mkt, currency string) (_ api.BookView, 
 	if _, err := market.LookupCurrency(cur); err != nil {
 		return api.BookView{}, api.BadRequest("%v", err)
 	}
-	n.books.mu.Lock()
-	defer n.books.mu.Unlock()
-	s, err := n.books.state(mkt, cur)
-	if err != nil {
-		return api.BookView{}, api.BadRequest("%v", err)
-	}
 	f := func(p int64) string { return market.FormatMicros(p, cur) }
 	v := api.BookView{Market: mkt, Currency: cur, Bids: []api.LevelView{}, Asks: []api.LevelView{}}
 	now := n.now()
-	for _, side := range []market.Side{market.Bid, market.Ask} {
-		for o, rem := range s.book.Orders(side) {
-			if o.Start.After(now) {
-				b := api.BlockView{Side: side.String(), Price: f(o.Price), Count: rem, Start: o.Start.UTC()}
-				if side == market.Bid {
-					b.Duration = o.Duration.String()
-				} else {
-					b.MaxDuration = o.MaxDuration.String()
+	if err := n.books.With(mkt, cur, func(s *exchange.Replica) {
+		for _, side := range []market.Side{market.Bid, market.Ask} {
+			for o, rem := range s.Book.Orders(side) {
+				if o.Start.After(now) {
+					b := api.BlockView{Side: side.String(), Price: f(o.Price), Count: rem, Start: o.Start.UTC()}
+					if side == market.Bid {
+						b.Duration = o.Duration.String()
+					} else {
+						b.MaxDuration = o.MaxDuration.String()
+					}
+					v.Blocks = append(v.Blocks, b)
 				}
-				v.Blocks = append(v.Blocks, b)
 			}
 		}
-	}
-	bids, asks := s.book.Depth(0)
-	for _, l := range bids {
-		v.Bids = append(v.Bids, api.LevelView{Price: f(l.Price), Count: l.Quantity, Orders: l.Orders})
-	}
-	for _, l := range asks {
-		v.Asks = append(v.Asks, api.LevelView{Price: f(l.Price), Count: l.Quantity, Orders: l.Orders})
-	}
-	if p, ok := s.book.BestBid(); ok {
-		v.BestBid = f(p)
-	}
-	if p, ok := s.book.BestAsk(); ok {
-		v.BestAsk = f(p)
-	}
-	if p, ok := s.book.Spread(); ok {
-		v.Spread = f(p)
-	}
-	if p, ok := s.book.Spot(); ok {
-		v.Spot = f(p)
-	}
-	if p, ok := s.index.Value(n.now()); ok {
-		v.Index = f(p)
+		bids, asks := s.Book.Depth(0)
+		for _, l := range bids {
+			v.Bids = append(v.Bids, api.LevelView{Price: f(l.Price), Count: l.Quantity, Orders: l.Orders})
+		}
+		for _, l := range asks {
+			v.Asks = append(v.Asks, api.LevelView{Price: f(l.Price), Count: l.Quantity, Orders: l.Orders})
+		}
+		if p, ok := s.Book.BestBid(); ok {
+			v.BestBid = f(p)
+		}
+		if p, ok := s.Book.BestAsk(); ok {
+			v.BestAsk = f(p)
+		}
+		if p, ok := s.Book.Spread(); ok {
+			v.Spread = f(p)
+		}
+		if p, ok := s.Book.Spot(); ok {
+			v.Spot = f(p)
+		}
+		if p, ok := s.Index.Value(n.now()); ok {
+			v.Index = f(p)
+		}
+	}); err != nil {
+		return api.BookView{}, api.BadRequest("%v", err)
 	}
 	return v, nil
 }
@@ -73,17 +72,15 @@ func (n *Node) Trades(ctx context.Context, mkt string) (_ []api.TradeView, err e
 	if err := n.JoinMarket(ctx, mkt); err != nil {
 		return nil, err
 	}
-	n.books.mu.Lock()
 	out := []api.TradeView{}
-	for _, s := range n.books.states {
-		if s.book.Market() != mkt {
-			continue
+	n.books.Each(func(s *exchange.Replica) {
+		if s.Book.Market() != mkt {
+			return
 		}
-		for _, r := range s.fills {
-			out = append(out, tradeView(r.fill, r.lease))
+		for _, r := range s.Fills() {
+			out = append(out, tradeView(r.Fill, r.Lease))
 		}
-	}
-	n.books.mu.Unlock()
+	})
 	sort.Slice(out, func(i, j int) bool {
 		if !out[i].Time.Equal(out[j].Time) {
 			return out[i].Time.After(out[j].Time)
@@ -91,4 +88,17 @@ func (n *Node) Trades(ctx context.Context, mkt string) (_ []api.TradeView, err e
 		return out[i].ID > out[j].ID
 	})
 	return out, nil
+}
+
+// HoldsOrder reports whether this node's replica of a market in a currency
+// holds the open order id. It is cheap (a map lookup under the books lock),
+// for harnesses that watch an order spread through the network.
+func (n *Node) HoldsOrder(mkt, cur, id string) bool { return n.books.Holds(mkt, cur, id) }
+
+// BookDigest summarizes this node's replica of a market: the open orders
+// with what remains of each, and the IDs of the recent fills, hashed. Two
+// replicas that converged have the same digest; orders and fills count
+// what went into it.
+func (n *Node) BookDigest(mkt, cur string) (digest string, orders, fills int) {
+	return n.books.Digest(mkt, cur)
 }

@@ -18,7 +18,12 @@
 //   - node/dashboard: the embedded web page served with the API.
 //   - node/devnet and node/simnet: whole local markets on loopback, and on
 //     a simulated east–west network, for tests, devnet and benchmarks.
-//   - node/internal/...: the repo's shared files and the datastore.
+//   - node/internal/exchange: the order-book replicas, their gossip,
+//     sync and sweep, and the cache of validated offers. The node trades
+//     against them and is called back when a fill concerns it.
+//   - node/internal/store: the Badger datastore and every key in it;
+//     node/internal/repofile: the repo's shared files and lock;
+//     node/internal/httpapi: the local API server.
 //
 // Concurrency: a Node's methods are safe for concurrent use. Each part of
 // the node guards its own state with its own lock and holds none across a

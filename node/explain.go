@@ -5,19 +5,15 @@ import (
 
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/internal/exchange"
 )
 
 // passedOver explains o's untaken crossing orders in this node's replica;
 // left is how much of o is still wanted.
 func (n *Node) passedOver(o market.Order, left uint32) []api.PassView {
 	o.Quantity = max(left, 1)
-	n.books.mu.Lock()
-	s, err := n.books.state(o.Market, o.Currency)
 	var ps []market.PassedOver
-	if err == nil {
-		ps = s.book.Explain(&o, n.now())
-	}
-	n.books.mu.Unlock()
+	n.books.With(o.Market, o.Currency, func(s *exchange.Replica) { ps = s.Book.Explain(&o, n.now()) })
 	var out []api.PassView
 	for _, p := range ps {
 		out = append(out, api.PassView{Reason: p.Reason, Orders: p.Orders, GPUs: p.GPUs, Detail: passDetail(o, p)})

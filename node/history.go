@@ -13,6 +13,7 @@ import (
 	"github.com/suanli/suanli/gpu"
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/internal/exchange"
 )
 
 var (
@@ -209,41 +210,39 @@ func (n *Node) GPUHistory(ctx context.Context) (_ api.GPUHistoryView, err error)
 func (n *Node) Markets(context.Context) (_ []api.MarketSummary, err error) {
 	defer classified(&err)
 	now := n.now()
-	n.books.mu.Lock()
 	out := []api.MarketSummary{}
 	seen := map[string]bool{}
-	for _, s := range n.books.states {
-		cur := s.book.Currency()
+	n.books.Each(func(s *exchange.Replica) {
+		cur := s.Book.Currency()
 		f := func(p int64) string { return market.FormatMicros(p, cur) }
-		m := api.MarketSummary{Market: s.book.Market(), Currency: cur, Fills: len(s.fills)}
+		m := api.MarketSummary{Market: s.Book.Market(), Currency: cur, Fills: len(s.Fills())}
 		seen[m.Market] = true
-		bids, asks := s.book.Depth(0)
+		bids, asks := s.Book.Depth(0)
 		for _, l := range bids {
 			m.Bids += l.Orders
 		}
 		for _, l := range asks {
 			m.Asks += l.Orders
 		}
-		if p, ok := s.book.BestBid(); ok {
+		if p, ok := s.Book.BestBid(); ok {
 			m.BestBid = f(p)
 		}
-		if p, ok := s.book.BestAsk(); ok {
+		if p, ok := s.Book.BestAsk(); ok {
 			m.BestAsk = f(p)
 		}
-		if p, ok := s.book.Spot(); ok {
+		if p, ok := s.Book.Spot(); ok {
 			m.Spot = f(p)
 		}
-		if p, ok := s.index.Value(now); ok {
+		if p, ok := s.Index.Value(now); ok {
 			m.Index = f(p)
 		}
 		out = append(out, m)
-	}
-	for mkt := range n.books.topics {
+	})
+	for _, mkt := range n.books.Markets() {
 		if !seen[mkt] {
 			out = append(out, api.MarketSummary{Market: mkt})
 		}
 	}
-	n.books.mu.Unlock()
 	slices.SortFunc(out, func(a, b api.MarketSummary) int {
 		if c := strings.Compare(a.Market, b.Market); c != 0 {
 			return c

@@ -9,12 +9,13 @@ import (
 
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/internal/exchange"
 )
 
 // benchNode is a node with n of its own orders and nothing else, enough
 // for the order views.
 func benchNode(n int) *Node {
-	nd := &Node{books: newBooks(), own: map[string]*ownOrder{}, now: time.Now}
+	nd := &Node{books: exchange.New(exchange.Config{}), own: map[string]*ownOrder{}, now: time.Now}
 	t0 := time.Now()
 	for i := range n {
 		id := fmt.Sprintf("order-%06d", i)

@@ -19,6 +19,7 @@ import (
 	"github.com/suanli/suanli/gpu"
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/internal/exchange"
 	"github.com/suanli/suanli/node/internal/httpapi"
 	"github.com/suanli/suanli/node/internal/store"
 	"github.com/suanli/suanli/p2p"
@@ -68,7 +69,7 @@ type options struct {
 	creditCurrency string
 	host           host.Host // see WithHost (host_option.go)
 	// sweepEvery is how often expired orders leave the replicas; tests
-	// shorten it (export_test.go). Default defaultSweepInterval.
+	// shorten it (export_test.go). Default exchange.DefaultSweepInterval.
 	sweepEvery time.Duration
 }
 
@@ -242,7 +243,8 @@ type Node struct {
 	published *proto.Offer // last offer successfully published
 
 	ps              *pubsub.PubSub
-	books           *books
+	books           *exchange.Books // the market replicas and their gossip (book.go)
+	offers          *exchange.Offers
 	billingInterval time.Duration
 	// tradeMu guards pending, the choice and reservation of GPUs for a
 	// trade, and takesClosed. It is never held across the network, NVML
@@ -253,8 +255,6 @@ type Node struct {
 	takesClosed     bool              // Close: answer no more takes
 	ownMu           sync.Mutex
 	own             map[string]*ownOrder
-	offerMu         sync.Mutex
-	offerCache      map[peer.ID]*proto.Offer
 	attest          *attestState         // see attest.go
 	leases          *leaseManager        // see lease.go
 	perGPU          perGPU               // what each GPU is sold with (see WithResourcesPerGPU)
@@ -272,7 +272,6 @@ type Node struct {
 
 	// hostInjected: the caller gave the host (WithHost) and closes it.
 	hostInjected bool
-	disc         discovery // see discovery.go
 }
 
 var _ api.API = (*Node)(nil)
@@ -324,8 +323,8 @@ func New(opts ...Option) (_ *Node, err error) {
 		lock: lock,
 		repo: o.repo, now: o.now, offerTTL: o.offerTTL, billingInterval: o.billing, perGPU: o.perGPU, chargeIncrement: o.chargeIncrement, schedule: o.schedule, scheduleOffset: o.scheduleOffset,
 		preemptNotice: cmpOrDuration(o.preemptNotice, market.PreemptionNotice), preemptMargin: market.DefaultPreemptMarginBP,
-		log:   o.logger.With("node", filepath.Base(o.repo)),
-		books: newBooks(), own: map[string]*ownOrder{}, pending: map[string]uint32{}, offerCache: map[peer.ID]*proto.Offer{},
+		log: o.logger.With("node", filepath.Base(o.repo)),
+		own: map[string]*ownOrder{}, pending: map[string]uint32{},
 		republish: make(chan struct{}, 1),
 	}
 	if o.preemptMargin != nil {
@@ -390,17 +389,20 @@ func New(opts ...Option) (_ *Node, err error) {
 	n.metrics.watch(n)
 
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.offers = exchange.NewOffers(n.ctx, exchange.OffersConfig{
+		DHT: n.dht, Store: n.store, Self: n.host.ID(), Published: n.Published, Now: n.now, Log: n.log, Found: n.metrics.found,
+	})
 	if n.ps, err = p2p.NewPubSub(n.ctx, n.host); err != nil {
 		return nil, err
 	}
+	n.books = n.newBooks(o.sweepEvery)
+	n.books.Start(n.ctx)
 	p2p.HandleTakes(n.host, n.handleTake)
-	p2p.HandleSync(n.host, n.syncAnswer)
+	p2p.HandleSync(n.host, n.books.SyncAnswer)
 	if err := n.startLeases(o); err != nil {
 		return nil, err
 	}
 	n.startAttest(o)
-	n.wg.Add(1)
-	go n.crossLoop(cmpOrDuration(o.sweepEvery, defaultSweepInterval))
 	if apiAddr != "" {
 		if n.api, err = startAPI(n, apiAddr); err != nil {
 			return nil, err
@@ -458,6 +460,12 @@ func (n *Node) Close() error {
 			n.stopLeases()
 		}
 		n.wg.Wait()
+		if n.books != nil {
+			n.books.Wait()
+		}
+		if n.offers != nil {
+			n.offers.Wait()
+		}
 		if n.dht != nil {
 			errs = append(errs, n.dht.Close())
 		}

@@ -3,8 +3,6 @@ package node
 import (
 	"context"
 
-	"github.com/libp2p/go-libp2p/core/peer"
-
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/p2p"
@@ -15,7 +13,7 @@ import (
 // the DHT (all providers when the GPU filter is not an exact market key),
 // fetches and validates each offer, caches it in memory and Badger, and
 // filters and sorts. After a complete lookup, calls answer from memory for
-// a while and refresh in the background (see discovery.go). If the network
+// a while and refresh in the background (exchange.Offers). If the network
 // yields nothing, unexpired offers cached in Badger are used.
 func (n *Node) Offers(ctx context.Context, q api.OfferQuery) (_ []api.OfferView, err error) {
 	defer classified(&err)
@@ -29,10 +27,10 @@ func (n *Node) Offers(ctx context.Context, q api.OfferQuery) (_ []api.OfferView,
 	if market.ValidMarketKey(q.GPU) && isFullMarketKey(q.GPU) {
 		key = q.GPU
 	}
-	offers, warm := n.warmOffers(key)
+	offers, warm := n.offers.Warm(key)
 	if !warm {
 		var ferr error
-		offers, ferr = n.lookupOffers(ctx, key, false)
+		offers, ferr = n.offers.Lookup(ctx, key, false)
 		if ferr != nil {
 			n.log.Debug("some offers could not be fetched", "err", ferr)
 		}
@@ -41,7 +39,7 @@ func (n *Node) Offers(ctx context.Context, q api.OfferQuery) (_ []api.OfferView,
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		n.fromCache(offers)
+		n.offers.FromStore(offers)
 	}
 	list := make([]*proto.Offer, 0, len(offers))
 	for _, o := range offers {
@@ -57,23 +55,6 @@ func (n *Node) Offers(ctx context.Context, q api.OfferQuery) (_ []api.OfferView,
 		out = append(out, withCapacity(offerView(o, f), o, f, now))
 	}
 	return out, nil
-}
-
-// fromCache adds the cached offers that still validate.
-func (n *Node) fromCache(into map[peer.ID]*proto.Offer) {
-	cached, err := n.store.CachedOffers()
-	if err != nil {
-		n.log.Warn("reading offer cache failed", "err", err)
-		return
-	}
-	now := n.now()
-	for p, env := range cached {
-		o, signer, err := p2p.OpenOffer(env, now)
-		if err != nil || signer != p {
-			continue
-		}
-		into[p] = o
-	}
 }
 
 // isFullMarketKey tells an exact market key ("nvidia-h100-sxm5-80gb") from

@@ -30,8 +30,7 @@ func (n *Node) peerAddrs(p peer.ID) []string {
 	for _, a := range n.host.Peerstore().Addrs(p) {
 		out = append(out, a.String())
 	}
-	n.offerMu.Lock()
-	if o := n.offerCache[p]; o != nil {
+	if o := n.offers.Cached(p); o != nil {
 		for _, a := range o.Addrs { // a provider's offer names its addresses (with /p2p/)
 			if m, err := ma.NewMultiaddr(a); err == nil {
 				if ai, err := peer.AddrInfoFromP2pAddr(m); err == nil && ai.ID == p {
@@ -42,7 +41,6 @@ func (n *Node) peerAddrs(p peer.ID) []string {
 			}
 		}
 	}
-	n.offerMu.Unlock()
 	return dedupe(out)
 }
 

@@ -215,14 +215,8 @@ func (n *Node) restingAsks(mkt string, now time.Time) uint32 {
 	}
 	n.ownMu.Unlock()
 	var sum uint32
-	n.books.mu.Lock()
-	defer n.books.mu.Unlock()
 	for _, r := range refs {
-		st, err := n.books.state(mkt, r.currency)
-		if err != nil {
-			continue
-		}
-		if _, rem, ok := st.book.Lookup(r.id); ok {
+		if _, rem, ok := n.books.Lookup(mkt, r.currency, r.id); ok {
 			sum += rem
 		}
 	}

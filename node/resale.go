@@ -15,6 +15,7 @@ import (
 
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/internal/exchange"
 	"github.com/suanli/suanli/node/internal/store"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
@@ -233,17 +234,18 @@ func (n *Node) placeResale(ctx context.Context, req api.OrderRequest) (api.Order
 		return api.OrderView{}, err
 	}
 	o.ID = proto.CIDOf(env).String()
-	n.books.mu.Lock()
-	s, err := n.books.state(o.Market, o.Currency)
-	if err == nil {
-		if _, merr := s.book.Match(o, now); errors.Is(merr, market.ErrWouldCross) {
-			err = api.BadRequest("a resale ask only rests, and a bid at or above %s rests now: take it by placing the ask under it later, or cancel",
+	var rerr error
+	err = n.books.With(o.Market, o.Currency, func(s *exchange.Replica) {
+		if _, merr := s.Book.Match(o, now); errors.Is(merr, market.ErrWouldCross) {
+			rerr = api.BadRequest("a resale ask only rests, and a bid at or above %s rests now: take it by placing the ask under it later, or cancel",
 				market.FormatMicros(o.Price, o.Currency))
-		} else if err = s.book.Add(o, now); err == nil {
-			s.envs[o.ID] = env
+		} else {
+			rerr = s.Rest(o, env, now)
 		}
+	})
+	if err == nil {
+		err = rerr
 	}
-	n.books.mu.Unlock()
 	if err != nil {
 		return api.OrderView{}, api.BadRequest("%v", err)
 	}
@@ -308,15 +310,7 @@ func (n *Node) handleResaleTake(ctx context.Context, from peer.ID, takeEnv []byt
 	if err != nil {
 		return reject(rerr("schema", "taker order: %v", err))
 	}
-	n.books.mu.Lock()
-	s, err := n.books.state(take.Market, take.Currency)
-	var mine market.Order
-	var remaining uint32
-	var open bool
-	if err == nil {
-		mine, remaining, open = s.book.Lookup(take.MakerOrderId)
-	}
-	n.books.mu.Unlock()
+	mine, remaining, open := n.books.Lookup(take.Market, take.Currency, take.MakerOrderId)
 	rest := market.LeaseEnd(terms).Sub(now).Truncate(time.Second)
 	switch {
 	case !open || mine.Maker != n.host.ID().String():
@@ -701,10 +695,7 @@ func (n *Node) putHandover(lease string, nl *proto.Lease, rep *proto.ResaleReply
 
 // bookEnv is the signed order id as this node's book holds it, or nil.
 func (n *Node) bookEnv(mkt, cur, id string) []byte {
-	n.books.mu.Lock()
-	defer n.books.mu.Unlock()
-	if s, err := n.books.state(mkt, cur); err == nil {
-		return s.envs[id]
-	}
-	return nil
+	var env []byte
+	n.books.With(mkt, cur, func(s *exchange.Replica) { env = s.Envelope(id) })
+	return env
 }

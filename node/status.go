@@ -18,12 +18,7 @@ func (n *Node) Status(ctx context.Context) (_ api.StatusView, err error) {
 		return api.StatusView{}, err
 	}
 	v := api.StatusView{ID: id.ID, Provider: id.Provider, NoGPUReason: id.NoGPUReason, Peers: len(n.host.Network().Peers()), Markets: []string{}, Owed: []api.OwedView{}}
-	n.books.mu.Lock()
-	for mkt := range n.books.topics {
-		v.Markets = append(v.Markets, mkt)
-	}
-	n.books.mu.Unlock()
-	slices.Sort(v.Markets)
+	v.Markets = append(v.Markets, n.books.Markets()...)
 	if o := n.Published(); o != nil {
 		v.Offer = &api.PublishedOffer{Seq: o.Seq, GPUs: len(o.Gpus), Region: o.Region, Currency: o.GetPricing().GetCurrency(),
 			Price:   market.FormatMicros(o.GetPricing().GetOnDemandMicros(), o.GetPricing().GetCurrency()),

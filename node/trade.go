@@ -14,6 +14,7 @@ import (
 
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/internal/exchange"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -214,23 +215,27 @@ func (n *Node) PlaceOrder(ctx context.Context, req api.OrderRequest) (_ api.Orde
 	}
 	o.ID = proto.CIDOf(env).String()
 
-	n.books.mu.Lock()
-	s, err := n.books.state(o.Market, o.Currency)
-	if err != nil {
-		n.books.mu.Unlock()
+	var retried string
+	var crossErr error
+	if err := n.books.With(o.Market, o.Currency, func(s *exchange.Replica) {
+		if o.ClientKey != "" {
+			if id, ok := s.Book.ClientKey(o.Maker, o.ClientKey); ok {
+				retried = id
+				return
+			}
+		}
+		if _, err := s.Book.Match(o, n.now()); errors.Is(err, market.ErrWouldCross) {
+			crossErr = err
+		}
+	}); err != nil {
 		return api.OrderView{}, api.BadRequest("%v", err)
 	}
-	if o.ClientKey != "" {
-		if id, ok := s.book.ClientKey(o.Maker, o.ClientKey); ok {
-			n.books.mu.Unlock()
-			return n.Order(ctx, id) // a retried request: the first order stands
-		}
+	if retried != "" {
+		return n.Order(ctx, retried) // a retried request: the first order stands
 	}
-	if _, err := s.book.Match(o, n.now()); errors.Is(err, market.ErrWouldCross) {
-		n.books.mu.Unlock()
-		return api.OrderView{}, api.BadRequest("post-only order would trade now: %v", err)
+	if crossErr != nil {
+		return api.OrderView{}, api.BadRequest("post-only order would trade now: %v", crossErr)
 	}
-	n.books.mu.Unlock()
 
 	n.ownMu.Lock()
 	if o.ClientKey != "" {
@@ -249,12 +254,10 @@ func (n *Node) PlaceOrder(ctx context.Context, req api.OrderRequest) (_ api.Orde
 	n.takeLoop(ctx, o, env)
 	status := "done"
 	if o.TimeInForce == market.GTC {
-		n.books.mu.Lock()
-		err := s.book.Add(o, n.now()) // deducts the fills already applied
-		if err == nil {
-			s.envs[o.ID] = env
-		}
-		n.books.mu.Unlock()
+		var err error
+		n.books.With(o.Market, o.Currency, func(s *exchange.Replica) {
+			err = s.Rest(o, env, n.now()) // deducts the fills already applied
+		})
 		switch {
 		case err == nil:
 			status = "resting"
@@ -290,34 +293,32 @@ func (n *Node) takeLoop(ctx context.Context, o *market.Order, env []byte) {
 	skip := map[string]bool{}
 	for range maxTakeRounds {
 		n.tradeMu.Lock()
-		n.books.mu.Lock()
-		s, err := n.books.state(o.Market, o.Currency)
+		var ms []market.Match
+		err := n.books.With(o.Market, o.Currency, func(s *exchange.Replica) {
+			want := *o
+			if _, rem, ok := s.Book.Lookup(o.ID); ok {
+				want.Quantity = rem
+			} else {
+				want.Quantity = o.Quantity - n.filledLocked(o.ID)
+			}
+			want.Quantity -= min(want.Quantity, n.pending[o.ID])
+			switch {
+			case want.Quantity == 0 || !o.Expires.After(n.now()):
+			case o.AllOrNone:
+				// Whole from one maker, or not at all: never part-filled.
+				if want.Quantity == o.Quantity {
+					if w, ok := s.Book.MatchWhole(&want, n.now(), func(id string) bool { return skip[id] }); ok {
+						ms = []market.Match{w}
+					}
+				}
+			default:
+				ms, _ = s.Book.Match(&want, n.now())
+			}
+		})
 		if err != nil {
-			n.books.mu.Unlock()
 			n.tradeMu.Unlock()
 			return
 		}
-		want := *o
-		if _, rem, ok := s.book.Lookup(o.ID); ok {
-			want.Quantity = rem
-		} else {
-			want.Quantity = o.Quantity - n.filledLocked(o.ID)
-		}
-		want.Quantity -= min(want.Quantity, n.pending[o.ID])
-		var ms []market.Match
-		switch {
-		case want.Quantity == 0 || !o.Expires.After(n.now()):
-		case o.AllOrNone:
-			// Whole from one maker, or not at all: never part-filled.
-			if want.Quantity == o.Quantity {
-				if w, ok := s.book.MatchWhole(&want, n.now(), func(id string) bool { return skip[id] }); ok {
-					ms = []market.Match{w}
-				}
-			}
-		default:
-			ms, _ = s.book.Match(&want, n.now())
-		}
-		n.books.mu.Unlock()
 		var m *market.Match
 		for i := range ms {
 			if !skip[ms[i].OrderID] {
@@ -378,10 +379,7 @@ func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.M
 		take.DurationS = int64(o.Duration / time.Second)
 	} else {
 		// A provider taking a resting bid chooses the GPUs now.
-		n.books.mu.Lock()
-		s, _ := n.books.state(o.Market, o.Currency)
-		bid, _, ok := s.book.Lookup(m.OrderID)
-		n.books.mu.Unlock()
+		bid, _, ok := n.books.Lookup(o.Market, o.Currency, m.OrderID)
 		if !ok {
 			return 0, fmt.Errorf("bid %s is gone", m.OrderID)
 		}
@@ -476,7 +474,7 @@ func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.M
 		// The maker accepted: the trade stands. Terms that cannot be
 		// stored fail the lease, which could not be resumed.
 		termsErr := n.store.PutLease(ev.Lease)
-		n.applyFill(ev)
+		n.books.ApplyFill(ev)
 		if termsErr != nil {
 			if r, err := n.leaseRun(ev.Lease.Id); err == nil {
 				r.mu.Lock()
@@ -538,13 +536,7 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 	}
 	me := n.host.ID().String()
 	lookup := func() (market.Order, uint32, error) {
-		n.books.mu.Lock()
-		defer n.books.mu.Unlock()
-		s, err := n.books.state(take.Market, take.Currency)
-		if err != nil {
-			return market.Order{}, 0, err
-		}
-		mine, remaining, ok := s.book.Lookup(take.MakerOrderId)
+		mine, remaining, ok := n.books.Lookup(take.Market, take.Currency, take.MakerOrderId)
 		switch {
 		case !ok:
 			return market.Order{}, 0, fmt.Errorf("order %s is not open", take.MakerOrderId)
@@ -604,7 +596,7 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 		n.unreserve(lease.Gpus, takeID, victims)
 		return reject("storing lease: %v", err)
 	}
-	n.applyFill(ev)
+	n.books.ApplyFill(ev)
 	n.preempt(victims, takeID, now)
 	n.capacityChanged() // capacity.go: GPUs leased
 	go func() {
@@ -838,15 +830,7 @@ func (n *Node) Orders(context.Context) (_ []api.OrderView, err error) {
 }
 
 func (n *Node) orderView(oo *ownOrder) api.OrderView {
-	n.books.mu.Lock()
-	remaining := uint32(0)
-	s, err := n.books.state(oo.order.Market, oo.order.Currency)
-	if err == nil {
-		if _, rem, ok := s.book.Lookup(oo.order.ID); ok {
-			remaining = rem
-		}
-	}
-	n.books.mu.Unlock()
+	_, remaining, _ := n.books.Lookup(oo.order.Market, oo.order.Currency, oo.order.ID)
 	n.ownMu.Lock()
 	defer n.ownMu.Unlock()
 	status := oo.status
@@ -877,13 +861,7 @@ func (n *Node) CancelOrder(ctx context.Context, id string) (_ api.OrderView, err
 		return api.OrderView{}, fmt.Errorf("%w: %s", api.ErrUnknownOrder, id)
 	}
 	me := n.host.ID().String()
-	n.books.mu.Lock()
-	s, _ := n.books.state(oo.order.Market, oo.order.Currency)
-	err = s.book.Cancel(id, me)
-	if err == nil {
-		delete(s.envs, id)
-	}
-	n.books.mu.Unlock()
+	n.books.With(oo.order.Market, oo.order.Currency, func(s *exchange.Replica) { err = s.Cancel(id, me) })
 	if err != nil {
 		return api.OrderView{}, api.BadRequest("cannot cancel %s: %v", id, err)
 	}

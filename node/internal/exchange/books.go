@@ -1,0 +1,478 @@
+package exchange
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+
+	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/p2p"
+	"github.com/suanli/suanli/proto"
+)
+
+// Replica tuning.
+const (
+	// MaxRecentFills is how many fills per market a replica keeps in
+	// memory for `trades`, the spot price and late joiners.
+	MaxRecentFills = 1000
+	// orderRate and orderBurst bound how many book messages per second one
+	// maker may get through this node's validator.
+	orderRate  = 20
+	orderBurst = 40
+	// OfferFetchTimeout bounds fetching an ask's offer while validating it.
+	OfferFetchTimeout = 5 * time.Second
+	// syncPeers is how many peers a node asks for a market's open orders.
+	syncPeers = 3
+	// meshWait is how long after joining a topic a publication waits for
+	// the first peer in it.
+	meshWait = 2 * time.Second
+	// DefaultSweepInterval is how often the replicas drop expired orders.
+	DefaultSweepInterval = 30 * time.Second
+	// resyncRate and resyncBurst bound the re-syncs from peers that join a
+	// market's topic after the first sync, per market.
+	resyncRate  = 1
+	resyncBurst = 3
+)
+
+// ErrOfferUnknown is what a [Hooks.CheckAsk] returns when the ask's
+// provider's offer cannot be found (yet): the message is ignored, not
+// held against its sender.
+var ErrOfferUnknown = errors.New("exchange: provider's offer not found")
+
+// Trade is one recent fill as a replica keeps it.
+type Trade struct {
+	Fill  market.Fill
+	Lease *proto.Lease
+	Raw   *proto.Fill
+}
+
+// Replica is one market's book in one currency, with the sealed envelope
+// of every open order (for late joiners) and the recent fills. It is only
+// reached inside [Books.With] or [Books.Each], under the Books lock.
+type Replica struct {
+	// Book is the replica's order book; Index its spot-price index.
+	Book  *market.Book
+	Index *market.Index
+	envs  map[string][]byte
+	fills []Trade
+}
+
+// Rest adds an order to the book and keeps its envelope for late joiners.
+func (s *Replica) Rest(o *market.Order, env []byte, now time.Time) error {
+	if err := s.Book.Add(o, now); err != nil {
+		return err
+	}
+	s.envs[o.ID] = env
+	return nil
+}
+
+// Cancel withdraws maker's order id from the book.
+func (s *Replica) Cancel(id, maker string) error {
+	if err := s.Book.Cancel(id, maker); err != nil {
+		return err
+	}
+	delete(s.envs, id)
+	return nil
+}
+
+// Fills are the replica's recent fills, oldest first. The slice is the
+// replica's own: read it only inside With or Each.
+func (s *Replica) Fills() []Trade { return s.fills }
+
+// Hooks are the node's part in applying book messages. Each is called
+// without the Books lock unless it says otherwise; every hook is optional.
+type Hooks struct {
+	// CheckAsk fills an ask's facts from its provider's offer, or says
+	// why the offer does not back it: an error wrapping ErrOfferUnknown
+	// ignores the message, any other rejects it.
+	CheckAsk func(ctx context.Context, o *market.Order, po *proto.Order) error
+	// Cancelled is told of every cancel applied.
+	Cancelled func(orderID string)
+	// FillLocked is called under the Books lock for each fill applied,
+	// with the spot index after it and whether this node is a party:
+	// whoever sees the replica change also sees what it records.
+	FillLocked func(ev *p2p.BookEvent, index int64, party bool)
+	// Filled is called after the lock for each fill applied.
+	Filled func(ev *p2p.BookEvent, index int64, party bool)
+	// FillRefused is called for a fill the book refused with an error
+	// other than a duplicate.
+	FillRefused func(ev *p2p.BookEvent, err error)
+	// Crossable is called from the Books' loop when one of this node's
+	// resting orders in mkt may cross a new opposite order.
+	Crossable func(mkt string)
+}
+
+// Config is what Books needs from its node.
+type Config struct {
+	Host   host.Host
+	PubSub *pubsub.PubSub
+	// Providers lists up to max providers of a market (the DHT), for a
+	// sync when the topic has too few peers.
+	Providers func(ctx context.Context, mkt string, max int) []peer.AddrInfo
+	Now       func() time.Time
+	Log       *slog.Logger
+	// Rejects counts refused messages by kind ("book", "fill", "sync") and
+	// reason; Orders and Fills count what was applied. All optional.
+	Rejects       *prometheus.CounterVec
+	Orders, Fills prometheus.Counter
+	// SweepEvery is how often expired orders leave the replicas (default
+	// DefaultSweepInterval).
+	SweepEvery time.Duration
+	Hooks      Hooks
+}
+
+// Books is a node's set of market replicas and their gossip. Its methods
+// are safe for concurrent use.
+type Books struct {
+	cfg Config
+	ctx context.Context
+	wg  sync.WaitGroup
+
+	mu       sync.Mutex
+	states   map[string]*Replica // by market + "/" + currency
+	topics   map[string]*pubsub.Topic
+	joined   map[string]time.Time     // when each topic was joined
+	limiters map[string]*rate.Limiter // by maker
+	kick     chan string              // markets whose crossing to re-check
+}
+
+// New returns an empty set of replicas. Start begins its loop; until
+// then (and without a Host and PubSub) it is a plain in-memory replica
+// set, as benchmarks use it.
+func New(cfg Config) *Books {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.SweepEvery <= 0 {
+		cfg.SweepEvery = DefaultSweepInterval
+	}
+	return &Books{
+		cfg:      cfg,
+		ctx:      context.Background(),
+		states:   map[string]*Replica{},
+		topics:   map[string]*pubsub.Topic{},
+		joined:   map[string]time.Time{},
+		limiters: map[string]*rate.Limiter{},
+		kick:     make(chan string, 64),
+	}
+}
+
+// Start runs the loop that sweeps expired orders and reports crossable
+// ones until ctx ends; the readers of joined topics stop with it too.
+// Call it once, before JoinMarket.
+func (b *Books) Start(ctx context.Context) {
+	b.ctx = ctx
+	b.wg.Add(1)
+	go b.loop()
+}
+
+// Wait waits for the goroutines Start and JoinMarket began, once the
+// context given to Start has ended.
+func (b *Books) Wait() { b.wg.Wait() }
+
+func key(mkt, cur string) string { return mkt + "/" + cur }
+
+// state returns the replica of a market in a currency, creating it.
+// Callers hold b.mu.
+func (b *Books) state(mkt, cur string) (*Replica, error) {
+	k := key(mkt, cur)
+	if s, ok := b.states[k]; ok {
+		return s, nil
+	}
+	bk, err := market.NewBook(mkt, cur)
+	if err != nil {
+		return nil, err
+	}
+	ix, err := market.NewIndex(mkt, cur)
+	if err != nil {
+		return nil, err
+	}
+	s := &Replica{Book: bk, Index: ix, envs: map[string][]byte{}}
+	b.states[k] = s
+	return s, nil
+}
+
+// With calls fn with the replica of a market in a currency, creating it,
+// under the Books lock. fn must not block: no network, no store, no
+// other component's lock but those taken after this one (the node's own
+// orders). The error is the market's or currency's, if invalid.
+func (b *Books) With(mkt, cur string, fn func(*Replica)) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s, err := b.state(mkt, cur)
+	if err != nil {
+		return err
+	}
+	fn(s)
+	return nil
+}
+
+// Lookup is the open order id of a market in a currency and what remains
+// of it.
+func (b *Books) Lookup(mkt, cur, id string) (o market.Order, remaining uint32, ok bool) {
+	b.With(mkt, cur, func(s *Replica) { o, remaining, ok = s.Book.Lookup(id) })
+	return o, remaining, ok
+}
+
+// Each calls fn with every replica that exists, under the Books lock, in
+// no particular order; the same rules as With apply.
+func (b *Books) Each(fn func(*Replica)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, s := range b.states {
+		fn(s)
+	}
+}
+
+// Markets are the markets whose topics this node joined, sorted.
+func (b *Books) Markets() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]string, 0, len(b.topics))
+	for mkt := range b.topics {
+		out = append(out, mkt)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Joined reports whether this node joined mkt's topic.
+func (b *Books) Joined(mkt string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.topics[mkt]
+	return ok
+}
+
+func (b *Books) allow(maker string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	l, ok := b.limiters[maker]
+	if !ok {
+		if len(b.limiters) > 100_000 {
+			clear(b.limiters)
+		}
+		l = rate.NewLimiter(orderRate, orderBurst)
+		b.limiters[maker] = l
+	}
+	return l.Allow()
+}
+
+func (b *Books) reject(kind, reason string) {
+	if b.cfg.Rejects != nil {
+		b.cfg.Rejects.WithLabelValues(kind, reason).Inc()
+	}
+}
+
+func inc(c prometheus.Counter) {
+	if c != nil {
+		c.Inc()
+	}
+}
+
+// Kick asks the loop to check whether this node's resting orders in mkt
+// cross; kicks beyond what the loop keeps up with are dropped (one
+// pending kick of a market does).
+func (b *Books) Kick(mkt string) {
+	select {
+	case b.kick <- mkt:
+	default:
+	}
+}
+
+// loop reports crossable markets as they are kicked and sweeps expired
+// orders from the replicas every sweep interval. The sweep runs on a
+// ticker, not a timer re-armed by each kick: steady traffic must not put
+// it off forever.
+func (b *Books) loop() {
+	defer b.wg.Done()
+	sweep := time.NewTicker(b.cfg.SweepEvery)
+	defer sweep.Stop()
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case mkt := <-b.kick:
+			if b.cfg.Hooks.Crossable != nil {
+				b.cfg.Hooks.Crossable(mkt)
+			}
+		case <-sweep.C:
+			b.Sweep()
+		}
+	}
+}
+
+// Crossing lists the open orders of maker in mkt (any currency) that an
+// opposite order now crosses.
+func (b *Books) Crossing(mkt, maker string) []market.Order {
+	now := b.cfg.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var mine []market.Order
+	for _, s := range b.states {
+		if s.Book.Market() != mkt {
+			continue
+		}
+		for _, c := range s.Book.Crossing(maker, now) {
+			if o, _, ok := s.Book.Lookup(c.OrderID); ok {
+				mine = append(mine, o)
+			}
+		}
+	}
+	return mine
+}
+
+// Sweep drops expired orders from every replica.
+func (b *Books) Sweep() {
+	now := b.cfg.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, s := range b.states {
+		for _, id := range s.Book.Sweep(now) {
+			delete(s.envs, id)
+		}
+	}
+}
+
+// Apply applies a verified book event to the replica of mkt.
+func (b *Books) Apply(mkt string, ev *p2p.BookEvent) {
+	now := b.cfg.Now()
+	switch ev.Kind {
+	case p2p.KindOrder:
+		o := ev.Order
+		b.mu.Lock()
+		s, err := b.state(o.Market, o.Currency)
+		if err == nil {
+			err = s.Rest(o, ev.Envelope, now)
+		}
+		b.mu.Unlock()
+		if err != nil {
+			if !errors.Is(err, market.ErrDuplicate) {
+				b.reject("book", market.Reason(err))
+				b.cfg.Log.Debug("order not added", "order", o.ID, "err", err)
+			}
+			return
+		}
+		inc(b.cfg.Orders)
+		if b.cfg.Host == nil || o.Maker != b.cfg.Host.ID().String() {
+			b.Kick(mkt)
+		}
+	case p2p.KindCancel:
+		maker, _ := peer.IDFromBytes(ev.Cancel.Maker)
+		b.mu.Lock()
+		for _, s := range b.states {
+			if s.Book.Market() == mkt {
+				s.Cancel(ev.Cancel.OrderId, maker.String())
+			}
+		}
+		b.mu.Unlock()
+		if b.cfg.Hooks.Cancelled != nil {
+			b.cfg.Hooks.Cancelled(ev.Cancel.OrderId)
+		}
+	case p2p.KindFill:
+		b.ApplyFill(ev)
+	}
+}
+
+// ApplyFill applies a verified fill once: book, index and recent fills,
+// then the hooks (the node's store, its own orders and leases). A fill
+// already applied is a no-op.
+func (b *Books) ApplyFill(ev *p2p.BookEvent) {
+	f := *ev.Fill
+	now := b.cfg.Now()
+	b.mu.Lock()
+	s, err := b.state(f.Market, f.Currency)
+	if err != nil {
+		b.mu.Unlock()
+		return
+	}
+	if err := s.Book.ApplyFill(f); err != nil {
+		b.mu.Unlock()
+		if !errors.Is(err, market.ErrDuplicate) {
+			b.reject("fill", market.Reason(err))
+			b.cfg.Log.Warn("fill refused by the book", "fill", f.ID, "err", err)
+			if b.cfg.Hooks.FillRefused != nil {
+				b.cfg.Hooks.FillRefused(ev, err)
+			}
+		}
+		return
+	}
+	if err := s.Index.Add(f, now); err != nil {
+		b.cfg.Log.Debug("fill not indexed", "fill", f.ID, "err", err)
+	}
+	index, _ := s.Index.Value(now)
+	for _, id := range []string{f.BidID, f.AskID} {
+		if _, _, ok := s.Book.Lookup(id); !ok {
+			delete(s.envs, id)
+		}
+	}
+	s.fills = append(s.fills, Trade{Fill: f, Lease: ev.Lease, Raw: ev.Raw})
+	if len(s.fills) > MaxRecentFills {
+		s.fills = slices.Delete(s.fills, 0, len(s.fills)-MaxRecentFills)
+	}
+	party := false
+	if b.cfg.Host != nil {
+		me := b.cfg.Host.ID().String()
+		party = f.Buyer == me || f.Provider == me
+	}
+	if b.cfg.Hooks.FillLocked != nil {
+		b.cfg.Hooks.FillLocked(ev, index, party)
+	}
+	b.mu.Unlock()
+	inc(b.cfg.Fills)
+	if b.cfg.Hooks.Filled != nil {
+		b.cfg.Hooks.Filled(ev, index, party)
+	}
+}
+
+// check is the stateful part of validation, shared by gossip and sync.
+func (b *Books) check(ctx context.Context, ev *p2p.BookEvent) pubsub.ValidationResult {
+	switch ev.Kind {
+	case p2p.KindOrder:
+		o := ev.Order
+		if !b.allow(o.Maker) {
+			b.reject("book", "rate-limited")
+			return pubsub.ValidationIgnore
+		}
+		if _, _, held := b.Lookup(o.Market, o.Currency, o.ID); held {
+			return pubsub.ValidationIgnore
+		}
+		if o.Side == market.Ask && b.cfg.Hooks.CheckAsk != nil {
+			if err := b.cfg.Hooks.CheckAsk(ctx, o, ev.OrderProto); err != nil {
+				if errors.Is(err, ErrOfferUnknown) {
+					b.reject("book", "offer-unknown")
+					return pubsub.ValidationIgnore
+				}
+				b.reject("book", "offer-mismatch")
+				b.cfg.Log.Debug("ask refused", "order", o.ID, "err", err)
+				return pubsub.ValidationReject
+			}
+		}
+	case p2p.KindCancel:
+		maker, _ := peer.IDFromBytes(ev.Cancel.Maker)
+		if !b.allow(maker.String()) {
+			b.reject("book", "rate-limited")
+			return pubsub.ValidationIgnore
+		}
+	}
+	return pubsub.ValidationAccept
+}
+
+// errNotJoined: a publication to a market this node has not joined.
+func errNotJoined(mkt string) error { return fmt.Errorf("exchange: not in market %s", mkt) }
+
+// Envelope is the sealed envelope of the open order id, or nil.
+func (s *Replica) Envelope(id string) []byte { return s.envs[id] }

@@ -1,0 +1,237 @@
+package exchange
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"golang.org/x/time/rate"
+
+	"github.com/suanli/suanli/p2p"
+	"github.com/suanli/suanli/proto"
+)
+
+// JoinMarket subscribes to a market's book topic, registers its
+// validator, and fetches the open orders from a few peers (or, when none
+// answers, from the first peer that joins the topic). Joining twice is a
+// no-op. mkt must be a valid market key.
+func (b *Books) JoinMarket(ctx context.Context, mkt string) error {
+	b.mu.Lock()
+	if _, ok := b.topics[mkt]; ok {
+		b.mu.Unlock()
+		return nil
+	}
+	name := p2p.BookTopic(mkt)
+	ps := b.cfg.PubSub
+	if err := ps.RegisterTopicValidator(name, b.validator(mkt),
+		pubsub.WithValidatorTimeout(OfferFetchTimeout+time.Second), pubsub.WithValidatorConcurrency(64)); err != nil {
+		b.mu.Unlock()
+		return fmt.Errorf("exchange: book validator: %w", err)
+	}
+	t, err := ps.Join(name)
+	if err != nil {
+		b.mu.Unlock()
+		return fmt.Errorf("exchange: join %s: %w", name, err)
+	}
+	if err := t.SetScoreParams(p2p.BookTopicScoreParams()); err != nil {
+		b.cfg.Log.Warn("book topic scoring", "err", err)
+	}
+	sub, err := t.Subscribe()
+	if err != nil {
+		b.mu.Unlock()
+		return fmt.Errorf("exchange: subscribe %s: %w", name, err)
+	}
+	b.topics[mkt] = t
+	b.joined[mkt] = time.Now()
+	b.mu.Unlock()
+
+	b.wg.Add(1)
+	go b.read(mkt, sub)
+	start := time.Now()
+	if !b.sync(ctx, mkt) {
+		// Nobody holding the book answered (a node that is still
+		// bootstrapping knows no one): sync when the first peer joins.
+		if evh, err := t.EventHandler(); err == nil {
+			b.wg.Add(1)
+			go b.syncOnPeer(mkt, evh)
+		}
+	}
+	b.cfg.Log.Info("joined market", "market", mkt, "sync", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// read applies every accepted message of a market's topic.
+func (b *Books) read(mkt string, sub *pubsub.Subscription) {
+	defer b.wg.Done()
+	defer sub.Cancel()
+	for {
+		msg, err := sub.Next(b.ctx)
+		if err != nil {
+			return
+		}
+		if ev, ok := msg.ValidatorData.(*p2p.BookEvent); ok {
+			b.Apply(mkt, ev)
+		}
+	}
+}
+
+// validator is the topic validator of one market: stateless checks in
+// p2p.DecodeBook (Reject: the sender is penalized), then the replica's
+// (duplicates and rate limits are Ignore; an ask its provider's offer does
+// not cover is Reject).
+func (b *Books) validator(mkt string) pubsub.ValidatorEx {
+	self := b.cfg.Host.ID()
+	return func(ctx context.Context, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
+		if from == self && msg.ValidatorData != nil {
+			return pubsub.ValidationAccept // our own, built and checked by us
+		}
+		ev, err := p2p.DecodeBook(msg.Data, mkt, b.cfg.Now())
+		if err != nil {
+			b.reject("book", p2p.BookReason(err))
+			b.cfg.Log.Debug("book message rejected", "market", mkt, "from", from, "err", err)
+			return pubsub.ValidationReject
+		}
+		res := b.check(ctx, ev)
+		if res == pubsub.ValidationAccept {
+			msg.ValidatorData = ev
+		}
+		return res
+	}
+}
+
+// sync asks a few peers that hold the market's book — peers already in
+// its topic, else the market's providers — for its open orders and recent
+// fills, verifying each message as if it had been gossiped. Connecting to
+// them also brings them into the topic's mesh. It reports whether any
+// peer answered.
+func (b *Books) sync(ctx context.Context, mkt string) (answered bool) {
+	b.mu.Lock()
+	t := b.topics[mkt]
+	b.mu.Unlock()
+	cands := t.ListPeers()
+	if len(cands) < syncPeers && b.cfg.Providers != nil {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		for _, ai := range b.cfg.Providers(pctx, mkt, 2*syncPeers) {
+			if !slices.Contains(cands, ai.ID) && b.cfg.Host.Connect(pctx, ai) == nil {
+				cands = append(cands, ai.ID)
+			}
+		}
+		cancel()
+	}
+	rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+	asked := 0
+	for _, p := range cands {
+		if asked == syncPeers {
+			break
+		}
+		asked++
+		answered = b.syncFrom(ctx, mkt, p) || answered
+	}
+	return answered
+}
+
+// syncFrom asks one peer for a market's open orders and recent fills and
+// applies what validates.
+func (b *Books) syncFrom(ctx context.Context, mkt string, p peer.ID) (answered bool) {
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	msgs, err := p2p.RequestSync(sctx, b.cfg.Host, p, mkt)
+	cancel()
+	if err != nil {
+		b.cfg.Log.Debug("book sync failed", "peer", p, "err", err)
+	} else {
+		answered = true
+	}
+	for _, data := range msgs {
+		ev, err := p2p.DecodeBook(data, mkt, b.cfg.Now())
+		if err != nil {
+			// A fill may outlive the orders it names; anything else
+			// that fails is the peer's fault.
+			b.reject("sync", p2p.BookReason(err))
+			continue
+		}
+		if b.check(ctx, ev) == pubsub.ValidationAccept {
+			b.Apply(mkt, ev)
+		}
+	}
+	return answered
+}
+
+// syncOnPeer syncs a market's book once the first peer joins its topic,
+// and from each peer that joins later (rate-limited): after a partition
+// heals, the orders gossiped on the other side are fetched.
+func (b *Books) syncOnPeer(mkt string, evh *pubsub.TopicEventHandler) {
+	defer b.wg.Done()
+	defer evh.Cancel()
+	synced := false
+	limit := rate.NewLimiter(resyncRate, resyncBurst)
+	for {
+		ev, err := evh.NextPeerEvent(b.ctx)
+		if err != nil {
+			return
+		}
+		switch {
+		case ev.Type != pubsub.PeerJoin:
+		case !synced:
+			synced = b.sync(b.ctx, mkt)
+		case limit.Allow():
+			// A peer that joins later may have been on the other side of
+			// a partition: ask it what it holds.
+			b.syncFrom(b.ctx, mkt, ev.Peer)
+		}
+	}
+}
+
+// SyncAnswer lists a market's open orders and recent fills for a late
+// joiner (p2p.HandleSync). An order that has expired is left out even
+// before the sweep drops it from the book.
+func (b *Books) SyncAnswer(mkt string) []*proto.BookMessage {
+	now := b.cfg.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []*proto.BookMessage
+	for _, s := range b.states {
+		if s.Book.Market() != mkt {
+			continue
+		}
+		for _, r := range s.fills {
+			out = append(out, &proto.BookMessage{Body: &proto.BookMessage_Fill{Fill: r.Raw}})
+		}
+		for id, env := range s.envs {
+			if o, _, ok := s.Book.Lookup(id); !ok || !o.Expires.After(now) {
+				continue
+			}
+			out = append(out, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}})
+		}
+	}
+	return out
+}
+
+// Publish gossips a book message whose event ev this node built and
+// checked itself. Right after joining a topic it waits briefly for a peer
+// in it: a message published before the mesh forms can be lost (late
+// joiners get it by sync anyway, so the wait is short).
+func (b *Books) Publish(ctx context.Context, mkt string, m *proto.BookMessage, ev *p2p.BookEvent) error {
+	b.mu.Lock()
+	t, joined := b.topics[mkt], b.joined[mkt]
+	b.mu.Unlock()
+	if t == nil {
+		return errNotJoined(mkt)
+	}
+	data, err := p2p.MarshalBook(m)
+	if err != nil {
+		return err
+	}
+	if len(t.ListPeers()) == 0 && time.Since(joined) < meshWait {
+		rctx, cancel := context.WithTimeout(ctx, meshWait-time.Since(joined))
+		err := t.Publish(rctx, data, pubsub.WithValidatorData(ev), pubsub.WithReadiness(pubsub.MinTopicSize(1)))
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+	}
+	return t.Publish(ctx, data, pubsub.WithValidatorData(ev))
+}
