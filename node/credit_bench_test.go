@@ -11,13 +11,14 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/internal/leases"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
 
 // benchCreditNode is a provider-less node holding payments acknowledged
 // to one buyer and leases provided to it, running, one receipt each.
-func benchCreditNode(b *testing.B, payments, leases int) (*Node, peer.ID) {
+func benchCreditNode(b *testing.B, payments, running int) (*Node, peer.ID) {
 	b.Helper()
 	n, err := New(WithRepo(b.TempDir()), WithAutoInit(), WithoutGPU(), WithAPI(""),
 		WithListen("/ip4/127.0.0.1/tcp/0"), WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
@@ -39,7 +40,7 @@ func benchCreditNode(b *testing.B, payments, leases int) (*Node, peer.ID) {
 			b.Fatal(err)
 		}
 	}
-	for i := range leases {
+	for i := range running {
 		terms := &proto.Lease{
 			Id: "bench-" + string(rune('a'+i)), Provider: []byte(n.host.ID()), Buyer: []byte(buyer), PriceMicros: 2_400_000, Currency: "USD",
 			LeaseType: proto.LeaseType_LEASE_TYPE_SPOT, DurationS: 3600, BillingIntervalS: 60, StartUnixMs: start.UnixMilli(),
@@ -51,7 +52,7 @@ func benchCreditNode(b *testing.B, payments, leases int) (*Node, peer.ID) {
 		}
 		ml.Start(start)
 		ml.Chain = market.ReceiptState{Seq: 1, WindowEndUnixMs: start.Add(time.Minute).UnixMilli(), GPUMillis: 120_000, Cumulative: 80_000}
-		n.leases.runs[terms.Id] = &leaseRun{id: terms.Id, terms: terms, peer: buyer, ml: ml, rec: leaseRecord{Role: market.RoleProvider}}
+		n.leases.runs[terms.Id] = &leaseRun{id: terms.Id, terms: terms, peer: buyer, ml: ml, rec: leases.Record{Role: market.RoleProvider}}
 	}
 	return n, buyer
 }

@@ -13,7 +13,8 @@
 //   - node/client: the HTTP client of a running daemon (no libp2p, Badger
 //     or NVML).
 //   - node/executor: what runs a lease's workload (reserve, process,
-//     docker), behind one contract; the lease logic knows only that.
+//     docker) and the workload spec a buyer sends, behind one contract;
+//     the lease logic knows only that.
 //   - node/keystore: the encrypted identity key.
 //   - node/dashboard: the embedded web page served with the API.
 //   - node/devnet and node/simnet: whole local markets on loopback, and on
@@ -21,6 +22,10 @@
 //   - node/internal/exchange: the order-book replicas, their gossip,
 //     sync and sweep, and the cache of validated offers. The node trades
 //     against them and is called back when a fill concerns it.
+//   - node/internal/leases: the durable side of leases: their records,
+//     receipt chains and their verification, evidence of misbehaviour and
+//     the settlement ledger. The lease loop that meters, bills and runs a
+//     workload stays in this package and keeps what it signs there.
 //   - node/internal/store: the Badger datastore and every key in it;
 //     node/internal/repofile: the repo's shared files and lock;
 //     node/internal/httpapi: the local API server.

@@ -17,50 +17,18 @@ import (
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/executor"
+	"github.com/suanli/suanli/node/internal/leases"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
 
 // A lease is stored as its terms (store.PutLease), its record
-// (leaseRecord as JSON, store.PutLeaseRecord), its receipts, the evidence
+// (leases.Record as JSON, store.PutLeaseRecord), its receipts, the evidence
 // against its provider and its workload's output; the keys are in
 // internal/store/keys.go.
 
 // leaseStopGrace is how long a workload gets between SIGTERM and SIGKILL.
 const leaseStopGrace = 2 * time.Second
-
-// leaseRecord is a lease's own state, beside its terms (lease/<id>).
-type leaseRecord struct {
-	Role      market.Role        `json:"-"`
-	RoleName  string             `json:"role"` // Role, as stored
-	State     market.LeaseState  `json:"state"`
-	Reason    market.CloseReason `json:"reason"`
-	StartedAt time.Time          `json:"started_at"`
-	EndingAt  time.Time          `json:"ending_at"`
-	ClosedAt  time.Time          `json:"closed_at"`
-	Executor  string             `json:"executor,omitempty"`
-	Exec      []string           `json:"exec,omitempty"` // the command the buyer's order asked for
-	// Workload is what the buyer's order asked to run (buyer), or what the
-	// provider was asked and runs (provider).
-	Workload *WorkloadSpec `json:"workload,omitempty"`
-	// Info is what runs: executor, image digest, endpoints, state.
-	Info *executor.Info `json:"info,omitempty"`
-	// Handle names the running workload outside the daemon (a process
-	// group, a container), to adopt or remove it after a restart.
-	Handle    string      `json:"handle,omitempty"`
-	Exit      *ExitResult `json:"exit,omitempty"`
-	Pgid      int         `json:"pgid,omitempty"` // records before Handle: the process group
-	HeldSince int64       `json:"held_since_ms,omitempty"`
-	Fill      []byte      `json:"fill,omitempty"` // proto.Fill: the signed take and accept
-	Note      string      `json:"note,omitempty"`
-	// PeerAddrs are the counterparty's addresses when the lease began,
-	// to redial it after a restart or a disconnect (see redial.go).
-	PeerAddrs []string `json:"peer_addrs,omitempty"`
-	// PreemptAt is when a preempted spot lease ends (see preempt.go).
-	PreemptAt time.Time `json:"preempt_at,omitzero"`
-	// BidID is the buyer's bid the lease came from (buyer).
-	BidID string `json:"bid_id,omitempty"`
-}
 
 // leaseRun is one lease this node is party to, in memory.
 type leaseRun struct {
@@ -70,7 +38,7 @@ type leaseRun struct {
 
 	mu     sync.Mutex
 	ml     *market.Lease
-	rec    leaseRecord
+	rec    leases.Record
 	exec   Execution
 	meter  map[string]*gpuMeter
 	logSeq uint64
@@ -254,7 +222,7 @@ func (n *Node) stopLeases() {
 }
 
 // replayLease rebuilds a lease from storage: its events in order.
-func (n *Node) replayLease(terms *proto.Lease, rec leaseRecord) (*leaseRun, error) {
+func (n *Node) replayLease(terms *proto.Lease, rec leases.Record) (*leaseRun, error) {
 	ml, err := market.NewLease(terms)
 	if err != nil {
 		return nil, err
@@ -272,7 +240,7 @@ func (n *Node) replayLease(terms *proto.Lease, rec leaseRecord) (*leaseRun, erro
 		return nil, err
 	}
 	for _, sr := range chain {
-		rc, err := decodeReceipt(sr.Receipt)
+		rc, err := leases.DecodeReceipt(sr.Receipt)
 		if err != nil {
 			return nil, err
 		}
@@ -281,7 +249,7 @@ func (n *Node) replayLease(terms *proto.Lease, rec leaseRecord) (*leaseRun, erro
 			return nil, fmt.Errorf("stored receipt %d: %w", rc.Seq, err)
 		}
 		if len(sr.Countersign) > 0 {
-			cs, err := decodeCountersign(sr.Countersign)
+			cs, err := leases.DecodeCountersign(sr.Countersign)
 			if err != nil {
 				return nil, err
 			}
@@ -736,7 +704,7 @@ func (n *Node) takeCountersign(r *leaseRun, sr *proto.SignedReceipt, csEnv []byt
 	if string(signer) != string(r.terms.Buyer) {
 		return fmt.Errorf("%w: signed by %s, not the buyer", market.ErrCountersign, signer)
 	}
-	rc, err := decodeReceipt(sr.Receipt)
+	rc, err := leases.DecodeReceipt(sr.Receipt)
 	if err != nil {
 		return err
 	}
@@ -888,7 +856,7 @@ func (n *Node) takeReceipt(from peer.ID, env []byte) ([]byte, error) {
 }
 
 func mustReceipt(env []byte) *proto.Receipt {
-	rc, _ := decodeReceipt(env)
+	rc, _ := leases.DecodeReceipt(env)
 	return rc
 }
 
@@ -1073,42 +1041,9 @@ func (n *Node) Lease(_ context.Context, id string) (_ api.LeaseView, err error) 
 // --- storage ---
 
 // putLeaseRecord stores a lease's record (JSON), synced.
-func (n *Node) putLeaseRecord(id string, rec *leaseRecord) error {
-	rec.RoleName = rec.Role.String()
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	return n.store.PutLeaseRecord(id, b)
+func (n *Node) putLeaseRecord(id string, rec *leases.Record) error {
+	return leases.PutRecord(n.store, id, rec)
 }
 
 // leaseRecords reads every stored lease record, by lease ID.
-func (n *Node) leaseRecords() (map[string]leaseRecord, error) {
-	raw, err := n.store.LeaseRecords()
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]leaseRecord, len(raw))
-	for id, v := range raw {
-		var rec leaseRecord
-		if err := json.Unmarshal(v, &rec); err != nil {
-			return nil, fmt.Errorf("node: lease record %s: %w", id, err)
-		}
-		rec.Role = market.RoleBuyer
-		if rec.RoleName == market.RoleProvider.String() {
-			rec.Role = market.RoleProvider
-		}
-		out[id] = rec
-	}
-	return out, nil
-}
-
-func decodeReceipt(env []byte) (*proto.Receipt, error) {
-	rc, _, err := p2p.Open[*proto.Receipt](env, proto.MaxReceiptSize)
-	return rc, err
-}
-
-func decodeCountersign(env []byte) (*proto.Countersign, error) {
-	cs, _, err := p2p.Open[*proto.Countersign](env, proto.MaxReceiptSize)
-	return cs, err
-}
+func (n *Node) leaseRecords() (map[string]leases.Record, error) { return leases.Records(n.store) }

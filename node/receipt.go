@@ -1,18 +1,13 @@
 package node
 
 import (
-	"bytes"
 	"context"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/peer"
-	gproto "google.golang.org/protobuf/proto"
-
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/internal/leases"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -54,33 +49,7 @@ func (n *Node) Receipts(_ context.Context, id string) ([]api.ReceiptView, error)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]api.ReceiptView, 0, len(chain))
-	for _, sr := range chain {
-		v := api.ReceiptView{ProviderSignature: "invalid", BuyerSignature: "missing", Hash: hex.EncodeToString(proto.ReceiptHash(sr.Receipt))}
-		rc, signer, err := p2p.Open[*proto.Receipt](sr.Receipt, proto.MaxReceiptSize)
-		if err == nil && string(signer) == string(terms.Provider) && bytes.Equal(rc.Provider, terms.Provider) {
-			v.ProviderSignature = "valid"
-		}
-		if rc != nil {
-			v.Seq, v.GPUMillis = rc.Seq, rc.GpuMs
-			v.WindowStart, v.WindowEnd = time.UnixMilli(rc.WindowStartUnixMs).UTC(), time.UnixMilli(rc.WindowEndUnixMs).UTC()
-			v.AmountMicros, v.CumulativeMicros = rc.AmountMicros, rc.CumulativeMicros
-			v.Amount, v.Cumulative = market.FormatMicros(rc.AmountMicros, terms.Currency), market.FormatMicros(rc.CumulativeMicros, terms.Currency)
-			for _, u := range rc.Usage {
-				v.Utilization = append(v.Utilization, u.MeanUtilizationPermille)
-			}
-		}
-		if len(sr.Countersign) > 0 {
-			v.BuyerSignature = "invalid"
-			cs, signer, err := p2p.Open[*proto.Countersign](sr.Countersign, proto.MaxReceiptSize)
-			if err == nil && string(signer) == string(terms.Buyer) && rc != nil &&
-				market.VerifyCountersign(terms, rc, proto.ReceiptHash(sr.Receipt), cs) == nil {
-				v.BuyerSignature = "valid"
-			}
-		}
-		out = append(out, v)
-	}
-	return out, nil
+	return leases.ReceiptViews(terms, chain), nil
 }
 
 // VerifyReceipts implements API: every signature and link of a lease's
@@ -107,73 +76,27 @@ func (n *Node) ExportReceipts(_ context.Context, id string) (_ []byte, err error
 		return nil, err
 	}
 	r.mu.Lock()
-	fillB := r.rec.Fill
+	fill := r.rec.Fill
 	r.mu.Unlock()
-	var fill proto.Fill
-	if err := gproto.Unmarshal(fillB, &fill); err != nil || len(fill.Accept) == 0 {
-		return nil, fmt.Errorf("node: lease %s has no stored signed terms", id)
-	}
 	chain, err := n.store.Receipts(id)
 	if err != nil {
 		return nil, err
 	}
-	return gproto.MarshalOptions{Deterministic: true}.Marshal(&proto.ReceiptChain{Lease: fill.Accept, Receipts: chain})
+	b, err := leases.Export(fill, chain)
+	if err != nil {
+		return nil, fmt.Errorf("node: lease %s: %w", id, err)
+	}
+	return b, nil
 }
 
-// VerifyExport checks an exported chain offline: the terms signed by one
-// of the parties, every receipt signed by the provider, every
-// countersignature by the buyer, and every link and amount.
-func VerifyExport(b []byte) (api.ChainReport, error) {
-	var rc proto.ReceiptChain
-	if err := gproto.Unmarshal(b, &rc); err != nil {
-		return api.ChainReport{}, fmt.Errorf("node: not a receipt chain: %w", err)
-	}
-	acc, signer, err := p2p.Open[*proto.Accept](rc.Lease, proto.MaxBookMessageSize)
-	if err != nil {
-		return api.ChainReport{}, fmt.Errorf("node: lease terms: %w", err)
-	}
-	terms := acc.GetLease()
-	if terms == nil || !bytes.Equal(acc.Maker, []byte(signer)) ||
-		(!bytes.Equal(terms.Provider, []byte(signer)) && !bytes.Equal(terms.Buyer, []byte(signer))) {
-		return api.ChainReport{}, errors.New("node: lease terms not signed by a party to the lease")
-	}
-	return VerifyChain(terms, rc.Receipts), nil
-}
+// VerifyExport checks an exported chain (ExportReceipts) offline: the
+// terms signed by one of the parties, every receipt signed by the
+// provider, every countersignature by the buyer, and every link and
+// amount.
+func VerifyExport(b []byte) (api.ChainReport, error) { return leases.VerifyExport(b) }
 
 // VerifyChain checks a chain's signatures against terms, then its links and
 // amounts (market.VerifyChain).
 func VerifyChain(terms *proto.Lease, chain []*proto.SignedReceipt) api.ChainReport {
-	rep := api.ChainReport{Lease: terms.Id, Provider: peer.ID(terms.Provider).String(), Buyer: peer.ID(terms.Buyer).String(), Currency: terms.Currency}
-	fail := func(err error) api.ChainReport { rep.Error = err.Error(); return rep }
-	dec := make([]market.SignedReceiptDecoded, 0, len(chain))
-	for i, sr := range chain {
-		rc, signer, err := p2p.Open[*proto.Receipt](sr.Receipt, proto.MaxReceiptSize)
-		if err != nil {
-			return fail(fmt.Errorf("receipt %d: %w", i+1, err))
-		}
-		if string(signer) != string(terms.Provider) {
-			return fail(fmt.Errorf("receipt %d: signed by %s, not the provider", i+1, signer))
-		}
-		d := market.SignedReceiptDecoded{Receipt: rc, Hash: proto.ReceiptHash(sr.Receipt)}
-		if len(sr.Countersign) > 0 {
-			cs, signer, err := p2p.Open[*proto.Countersign](sr.Countersign, proto.MaxReceiptSize)
-			if err != nil {
-				return fail(fmt.Errorf("countersignature %d: %w", i+1, err))
-			}
-			if string(signer) != string(terms.Buyer) {
-				return fail(fmt.Errorf("countersignature %d: signed by %s, not the buyer", i+1, signer))
-			}
-			d.Countersign = cs
-		}
-		dec = append(dec, d)
-	}
-	sum, err := market.VerifyChain(terms, dec)
-	rep.Receipts, rep.Countersigned = sum.Last.Seq, sum.Countersigned.Seq
-	rep.GPUMillis, rep.OwedMicros = sum.Countersigned.GPUMillis, sum.Countersigned.Cumulative
-	rep.Owed = market.FormatMicros(rep.OwedMicros, terms.Currency)
-	if err != nil {
-		return fail(err)
-	}
-	rep.Valid = true
-	return rep
+	return leases.VerifyChain(terms, chain)
 }

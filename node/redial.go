@@ -13,7 +13,7 @@ import (
 
 // Redialling: a lease's two parties must keep reaching each other through
 // restarts and network blips, without bootstrap peers. Each side stores
-// the counterparty's addresses with the lease (leaseRecord.PeerAddrs),
+// the counterparty's addresses with the lease (leases.Record.PeerAddrs),
 // puts them back in the peerstore on restart, and a loop redials every
 // counterparty of an open lease that is not connected, with backoff.
 

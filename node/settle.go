@@ -2,60 +2,19 @@ package node
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/internal/leases"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
 
 // ledger builds the node's ledger from storage.
-func (n *Node) ledger() (*market.Ledger, error) {
-	l := market.NewLedger([]byte(n.host.ID()))
-	recs, err := n.leaseRecords()
-	if err != nil {
-		return nil, err
-	}
-	for id := range recs {
-		terms, err := n.store.GetLease(id)
-		if err != nil {
-			continue
-		}
-		chain, err := n.store.Receipts(id)
-		if err != nil {
-			return nil, err
-		}
-		for _, sr := range chain {
-			if len(sr.Countersign) == 0 {
-				continue
-			}
-			rc, err := decodeReceipt(sr.Receipt)
-			if err != nil {
-				return nil, err
-			}
-			cs, err := decodeCountersign(sr.Countersign)
-			if err != nil {
-				return nil, err
-			}
-			if _, err := l.AddReceipt(terms, rc, proto.ReceiptHash(sr.Receipt), cs); err != nil {
-				return nil, fmt.Errorf("lease %s seq %d: %w", id, rc.Seq, err)
-			}
-		}
-	}
-	err = n.store.Payments(func(v []byte) error {
-		ack, _, err := p2p.Open[*proto.PaymentAck](v, proto.MaxReceiptSize)
-		if err != nil {
-			return err
-		}
-		_, err = l.AddPayment(ack)
-		return err
-	})
-	return l, err
-}
+func (n *Node) ledger() (*market.Ledger, error) { return leases.Ledger(n.host.ID(), n.store) }
 
 // Settle implements API: the settlement with peer, or with every peer when
 // peer is empty.
@@ -117,12 +76,10 @@ func (n *Node) AckPayment(ctx context.Context, req api.PaymentRequest) (_ api.Pa
 	if err != nil {
 		return api.PaymentView{}, api.BadRequest("amount: %v", err)
 	}
-	var seq uint64
-	if err := n.store.PaymentsBetween(n.host.ID(), buyer, func(s uint64, _ []byte) error { seq = s; return nil }); err != nil {
+	ack, err := leases.NewPayment(n.store, n.host.ID(), buyer, m, req.Reference, n.now())
+	if err != nil {
 		return api.PaymentView{}, err
 	}
-	ack := &proto.PaymentAck{Provider: []byte(n.host.ID()), Buyer: []byte(buyer), AmountMicros: m.Micros, Currency: m.Currency,
-		Seq: seq + 1, CreatedUnixMs: n.now().UnixMilli(), Reference: req.Reference}
 	if _, err := market.NewLedger(ack.Provider).AddPayment(ack); err != nil {
 		return api.PaymentView{}, api.BadRequest("%v", err)
 	}
@@ -145,20 +102,10 @@ func (n *Node) AckPayment(ctx context.Context, req api.PaymentRequest) (_ api.Pa
 
 // takePayment is the buyer's side of a payment acknowledgement.
 func (n *Node) takePayment(from peer.ID, env []byte) error {
-	ack, signer, err := p2p.Open[*proto.PaymentAck](env, proto.MaxReceiptSize)
-	if err != nil {
-		return err
-	}
-	if signer != from || string(ack.Provider) != string(signer) || string(ack.Buyer) != string(n.host.ID()) {
-		return fmt.Errorf("%w: not from its provider to this node", market.ErrPayment)
-	}
-	if _, err := market.NewLedger(ack.Buyer).AddPayment(ack); err != nil {
-		return err
-	}
-	return n.putPayment(ack, env)
+	return leases.TakePayment(n.store, n.host.ID(), from, env)
 }
 
 // putPayment stores a sealed payment acknowledgement, synced.
 func (n *Node) putPayment(ack *proto.PaymentAck, env []byte) error {
-	return n.store.PutPayment(peer.ID(ack.Provider), peer.ID(ack.Buyer), ack.Seq, env)
+	return leases.PutPayment(n.store, ack, env)
 }
