@@ -22,6 +22,8 @@
 //   - node/internal/exchange: the order-book replicas, their gossip,
 //     sync and sweep, and the cache of validated offers. The node trades
 //     against them and is called back when a fill concerns it.
+//   - node/internal/attestor: attestation challenges, both sides, and
+//     the verdicts that lift a provider's asks to cc-verified.
 //   - node/internal/leases: the durable side of leases: their records,
 //     receipt chains and their verification, evidence of misbehaviour and
 //     the settlement ledger. The lease loop that meters, bills and runs a

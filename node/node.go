@@ -19,6 +19,7 @@ import (
 	"github.com/suanli/suanli/gpu"
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/internal/attestor"
 	"github.com/suanli/suanli/node/internal/exchange"
 	"github.com/suanli/suanli/node/internal/httpapi"
 	"github.com/suanli/suanli/node/internal/store"
@@ -255,7 +256,7 @@ type Node struct {
 	takesClosed     bool              // Close: answer no more takes
 	ownMu           sync.Mutex
 	own             map[string]*ownOrder
-	attest          *attestState         // see attest.go
+	attest          *attestor.Attestor   // see attest.go
 	leases          *leaseManager        // see lease.go
 	perGPU          perGPU               // what each GPU is sold with (see WithResourcesPerGPU)
 	preemptNotice   time.Duration        // spot leases' notice before preemption
