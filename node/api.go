@@ -70,7 +70,10 @@ func offerView(o *proto.Offer, f market.OfferFilter) api.OfferView {
 			DiskBytes: o.GetHost().GetDiskBytesPerGpu()},
 	}
 	if p := o.GetPricing(); len(p.GetSchedule()) > 0 {
-		now := time.Now()
+		now := f.Now // the node's clock (Offers sets it)
+		if now.IsZero() {
+			now = time.Now()
+		}
 		v.PriceNow = market.FormatMicros(market.ScheduledPrice(p.OnDemandMicros, p.Schedule, p.UtcOffsetMinutes, now), p.Currency)
 		if at, price, ok := market.NextPriceChange(p.OnDemandMicros, p.Schedule, p.UtcOffsetMinutes, now); ok {
 			v.NextPrice, v.NextPriceAt = market.FormatMicros(price, p.Currency), &at
