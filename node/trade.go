@@ -831,8 +831,10 @@ func (n *Node) Orders(context.Context) (_ []api.OrderView, err error) {
 
 func (n *Node) orderView(oo *ownOrder) api.OrderView {
 	_, remaining, _ := n.books.Lookup(oo.order.Market, oo.order.Currency, oo.order.ID)
+	// The own orders' lock is taken after the books lock (a fill records
+	// itself here under it), never before: the order is read under it and
+	// explained from the book after.
 	n.ownMu.Lock()
-	defer n.ownMu.Unlock()
 	status := oo.status
 	if status == "resting" && remaining == 0 && !oo.order.Expires.After(n.now()) {
 		status = "expired"
@@ -844,6 +846,7 @@ func (n *Node) orderView(oo *ownOrder) api.OrderView {
 		Status: status, Expires: o.Expires.UTC(), Fills: append([]api.TradeView{}, oo.fills...), Error: oo.err,
 		Standing: oo.stand,
 	}
+	n.ownMu.Unlock()
 	if status == "resting" || status == "done" && remaining == 0 && v.Filled() < o.Quantity {
 		v.PassedOver = n.passedOver(o, v.Count-v.Filled())
 	}
