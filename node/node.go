@@ -250,10 +250,14 @@ type Node struct {
 	// tradeMu guards pending, the choice and reservation of GPUs for a
 	// trade, and takesClosed. It is never held across the network, NVML
 	// or an executor (see handleTake).
-	tradeMu         sync.Mutex
-	pending         map[string]uint32 // order ID → GPUs in takes in flight, as taker or maker
-	takes           sync.WaitGroup    // takes being answered (handleTake)
-	takesClosed     bool              // Close: answer no more takes
+	tradeMu     sync.Mutex
+	pending     map[string]uint32 // order ID → GPUs in takes in flight, as taker or maker
+	takes       sync.WaitGroup    // takes being answered (handleTake)
+	takesClosed bool              // Close: answer no more takes
+	// ownMu guards own, the node's own orders and what became of them. It
+	// is a leaf: taken after tradeMu and the books lock (a fill records
+	// itself here from inside the books lock), and nothing is locked or
+	// called out to while it is held (TestOrderViewWhileFillsApply).
 	ownMu           sync.Mutex
 	own             map[string]*ownOrder
 	attest          *attestor.Attestor   // see attest.go
