@@ -162,11 +162,9 @@ func (n *Node) startLeases(o options) error {
 		n.runLease(r)
 	}
 	n.sweepWorkloads()
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
+	n.spawn(func() {
 		n.redialLoop()
-	}()
+	})
 	return nil
 }
 
@@ -340,11 +338,9 @@ func (n *Node) leaseFromFill(ev *p2p.BookEvent) {
 	n.log.Info("lease started", "lease", terms.Id, "role", role, "gpus", len(terms.Gpus))
 	n.runLease(r)
 	if role == market.RoleBuyer && r.rec.Workload != nil {
-		n.wg.Add(1)
-		go func() {
-			defer n.wg.Done()
+		n.spawn(func() {
 			n.followExec(r)
-		}()
+		})
 	}
 }
 
@@ -362,9 +358,7 @@ func (n *Node) runLease(r *leaseRun) {
 	}
 	r.active = true
 	r.mu.Unlock()
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
+	started := n.spawn(func() {
 		defer func() { r.mu.Lock(); r.active = false; r.mu.Unlock() }()
 		every := min(max(market.BillingInterval(r.terms)/4, 50*time.Millisecond), 250*time.Millisecond)
 		t := time.NewTicker(every)
@@ -386,7 +380,12 @@ func (n *Node) runLease(r *leaseRun) {
 			case <-r.wake:
 			}
 		}
-	}()
+	})
+	if !started { // the node is closing
+		r.mu.Lock()
+		r.active = false
+		r.mu.Unlock()
+	}
 }
 
 func (r *leaseRun) poke() {
@@ -506,9 +505,7 @@ func (n *Node) endLocked(r *leaseRun, reason market.CloseReason, at time.Time, n
 		return
 	}
 	r.stopping = true
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
+	n.spawn(func() {
 		if err := ex.Stop(leaseStopGrace); err != nil {
 			n.log.Warn("stopping the workload failed", "lease", r.id, "err", err)
 		}
@@ -516,7 +513,7 @@ func (n *Node) endLocked(r *leaseRun, reason market.CloseReason, at time.Time, n
 		n.closedLocked(r, ex)
 		r.mu.Unlock()
 		r.poke()
-	}()
+	})
 }
 
 // closedLocked finishes a lease's end once its workload ex (nil: none)
@@ -581,12 +578,10 @@ func (n *Node) failStoreLocked(r *leaseRun, what string, err error) {
 	if r.rec.Role == market.RoleBuyer {
 		reason = market.CloseBuyer // a buyer's reason to give the provider
 	}
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
+	n.spawn(func() {
 		n.sendClose(r, reason, at, note)
 		r.poke()
-	}()
+	})
 }
 
 // sample reads the leased GPUs' telemetry into the window's meters.

@@ -234,11 +234,15 @@ type Node struct {
 	metrics  *metrics
 	api      *httpapi.Server
 
-	ctx       context.Context
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
-	closeOnce sync.Once
-	closeErr  error
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	// spawnMu orders spawn's wg.Add before Close's wg.Wait: once
+	// spawnClosed is set, spawn starts nothing.
+	spawnMu     sync.Mutex
+	spawnClosed bool
+	closeOnce   sync.Once
+	closeErr    error
 
 	mu        sync.Mutex
 	published *proto.Offer // last offer successfully published
@@ -445,6 +449,33 @@ func (n *Node) openGPUs(o options, cfg Config) {
 	}
 }
 
+// spawn runs fn on a goroutine that Close waits for. Work is started
+// from goroutines Close does not wait for (stream handlers, the books'
+// readers), so a bare wg.Add could race Close's wg.Wait and outlive it;
+// once Close waits, spawn starts nothing and reports false. What it
+// drops then is redone from storage when the node restarts.
+func (n *Node) spawn(fn func()) bool {
+	n.spawnMu.Lock()
+	defer n.spawnMu.Unlock()
+	if n.spawnClosed {
+		return false
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		fn()
+	}()
+	return true
+}
+
+// waitSpawned stops spawn and waits for what it started.
+func (n *Node) waitSpawned() {
+	n.spawnMu.Lock()
+	n.spawnClosed = true
+	n.spawnMu.Unlock()
+	n.wg.Wait()
+}
+
 // Close stops the node: API, background work, DHT, host, GPUs, store, lock.
 // The api file is removed. Close is safe to call more than once; fields
 // stay set, so a stream handler still running meets closed resources (and
@@ -464,7 +495,7 @@ func (n *Node) Close() error {
 			n.host.RemoveStreamHandler(p2p.SyncProtocol)
 			n.stopLeases()
 		}
-		n.wg.Wait()
+		n.waitSpawned()
 		if n.books != nil {
 			n.books.Wait()
 		}

@@ -125,18 +125,14 @@ func (n *Node) preempt(victims []market.Preemptible, forLease string, now time.T
 			n.log.Error("sealing a preemption notice failed", "lease", r.id, "err", err)
 			continue
 		}
-		n.wg.Add(2)
-		go func() {
-			defer n.wg.Done()
-			n.sendPreemption(r, env)
-		}()
-		go func() {
-			defer n.wg.Done()
+		n.spawn(func() { n.sendPreemption(r, env) })
+		n.spawn(func() {
 			if ex != nil {
 				ex.Stop(notice) // SIGTERM now, SIGKILL at the notice's end
 			}
 			r.poke()
-		}()
+		})
+
 	}
 }
 
@@ -208,9 +204,7 @@ func (n *Node) requeue(bidID string, left time.Duration) {
 		return
 	}
 	req.Duration, req.ClientKey, req.IOC = left.String(), "", false
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
+	n.spawn(func() {
 		ctx, cancel := context.WithTimeout(n.ctx, time.Minute)
 		defer cancel()
 		o, err := n.PlaceOrder(ctx, req)
@@ -219,7 +213,7 @@ func (n *Node) requeue(bidID string, left time.Duration) {
 			return
 		}
 		n.log.Info("preempted bid re-queued", "bid", bidID, "new", o.ID, "duration", req.Duration)
-	}()
+	})
 }
 
 // unreserve undoes a trade's GPU reservation after it failed: its GPUs

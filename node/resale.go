@@ -390,15 +390,13 @@ func (n *Node) handleResaleTake(ctx context.Context, from peer.ID, takeEnv []byt
 		AskID: take.MakerOrderId, Buyer: from.String(), Provider: n.host.ID().String(), Quantity: take.Quantity,
 		Price: mine.Price, LeaseType: market.Reserved, Time: n.now()}
 	n.ownFilled(f, nl)
-	n.wg.Add(1)
-	go func() { // the ask is sold: off the book
-		defer n.wg.Done()
+	n.spawn(func() { // the ask is sold: off the book
 		cctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
 		defer cancel()
 		if _, err := n.CancelOrder(cctx, take.MakerOrderId); err != nil {
 			n.log.Debug("withdrawing a sold resale ask", "order", take.MakerOrderId, "err", err)
 		}
-	}()
+	})
 	n.log.Info("lease resold", "lease", lease, "to", shortID(from), "new", nl.Id, "at", at.Format(time.RFC3339Nano),
 		"premium", market.FormatMicros(p.PremiumMicros, p.Currency))
 	return &proto.TradeReply{Body: &proto.TradeReply_Resale{Resale: &proto.ResaleReply{Accept: accEnv, Handover: hEnv, Premium: pEnv}}}, true
@@ -504,16 +502,14 @@ func (n *Node) handover(from peer.ID, env []byte) ([]byte, error) {
 		Fill: &market.Fill{ID: proto.CIDOf(accEnv).String(), Market: nl.Market, Currency: nl.Currency, AskID: h.AskId,
 			Buyer: peer.ID(h.Buyer).String(), Provider: n.host.ID().String(), Quantity: take.Quantity, Price: nl.PriceMicros,
 			LeaseType: market.Reserved, Time: now}}
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
+	n.spawn(func() {
 		n.leaseFromFill(ev)
 		r.poke()
 		n.runLease(r)
 		// The holder ends its side on the accept; the notice is for a
 		// holder that did not get it.
 		n.sendClose(r, market.CloseResold, closedAt)
-	}()
+	})
 	return accEnv, nil
 }
 
@@ -587,11 +583,9 @@ func (n *Node) checkResale(o *market.Order, m market.Match, takeEnv, askEnv []by
 		LeaseType: market.Reserved, Time: now}
 	n.leaseFromFill(&p2p.BookEvent{Kind: p2p.KindFill, Lease: nl, Take: take, Raw: &proto.Fill{Take: takeEnv, Accept: rep.Accept}, Fill: &f})
 	n.ownFilled(f, nl)
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
+	n.spawn(func() {
 		n.sendPremiumCountersign(holder, csEnv)
-	}()
+	})
 	n.log.Info("lease bought by resale", "lease", nl.Id, "from", shortID(holder), "of", terms.Id,
 		"premium", market.FormatMicros(p.PremiumMicros, p.Currency))
 	return uint32(len(nl.Gpus)), nil

@@ -388,11 +388,9 @@ func (n *Node) resumeWorkload(r *leaseRun) {
 		at := r.ml.ClosedAt
 		r.mu.Unlock()
 		n.log.Warn("workload not resumed", "lease", r.id, "err", err)
-		n.wg.Add(1)
-		go func() {
-			defer n.wg.Done()
+		n.spawn(func() {
 			n.sendClose(r, market.CloseFailed, at, note)
-		}()
+		})
 		return
 	}
 	info := run.Info()
@@ -403,11 +401,9 @@ func (n *Node) resumeWorkload(r *leaseRun) {
 	n.putRecordLocked(r)
 	r.mu.Unlock()
 	n.log.Info("workload adopted", "lease", r.id, "executor", r.rec.Executor, "handle", info.Handle)
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
+	n.spawn(func() {
 		n.watchWorkload(r, run)
-	}()
+	})
 }
 
 // sweepWorkloads removes what executors left of leases this node no
