@@ -234,15 +234,11 @@ type Node struct {
 	metrics  *metrics
 	api      *httpapi.Server
 
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	// spawnMu orders spawn's wg.Add before Close's wg.Wait: once
-	// spawnClosed is set, spawn starts nothing.
-	spawnMu     sync.Mutex
-	spawnClosed bool
-	closeOnce   sync.Once
-	closeErr    error
+	ctx       context.Context
+	cancel    context.CancelFunc
+	spawned   gate // background work Close waits for (spawn)
+	closeOnce sync.Once
+	closeErr  error
 
 	mu        sync.Mutex
 	published *proto.Offer // last offer successfully published
@@ -252,12 +248,11 @@ type Node struct {
 	offers          *exchange.Offers
 	billingInterval time.Duration
 	// tradeMu guards pending, the choice and reservation of GPUs for a
-	// trade, and takesClosed. It is never held across the network, NVML
-	// or an executor (see handleTake).
-	tradeMu     sync.Mutex
-	pending     map[string]uint32 // order ID → GPUs in takes in flight, as taker or maker
-	takes       sync.WaitGroup    // takes being answered (handleTake)
-	takesClosed bool              // Close: answer no more takes
+	// trade. It is never held across the network, NVML or an executor
+	// (see handleTake).
+	tradeMu sync.Mutex
+	pending map[string]uint32 // order ID → GPUs in takes in flight, as taker or maker
+	takes   gate              // takes being answered (handleTake); Close shuts it
 	// ownMu guards own, the node's own orders and what became of them. It
 	// is a leaf: taken after tradeMu and the books lock (a fill records
 	// itself here from inside the books lock), and nothing is locked or
@@ -417,8 +412,7 @@ func New(opts ...Option) (_ *Node, err error) {
 			return nil, err
 		}
 	}
-	n.wg.Add(1)
-	go n.run()
+	n.spawn(n.run)
 	n.log.Info("node started", "addrs", n.host.Addrs(), "provider", n.gpus != nil, "api", n.APIAddr())
 	return n, nil
 }
@@ -451,29 +445,17 @@ func (n *Node) openGPUs(o options, cfg Config) {
 
 // spawn runs fn on a goroutine that Close waits for. Work is started
 // from goroutines Close does not wait for (stream handlers, the books'
-// readers), so a bare wg.Add could race Close's wg.Wait and outlive it;
-// once Close waits, spawn starts nothing and reports false. What it
-// drops then is redone from storage when the node restarts.
+// readers); once Close waits, spawn starts nothing and reports false.
+// What it drops then is redone from storage when the node restarts.
 func (n *Node) spawn(fn func()) bool {
-	n.spawnMu.Lock()
-	defer n.spawnMu.Unlock()
-	if n.spawnClosed {
+	if !n.spawned.enter() {
 		return false
 	}
-	n.wg.Add(1)
 	go func() {
-		defer n.wg.Done()
+		defer n.spawned.leave()
 		fn()
 	}()
 	return true
-}
-
-// waitSpawned stops spawn and waits for what it started.
-func (n *Node) waitSpawned() {
-	n.spawnMu.Lock()
-	n.spawnClosed = true
-	n.spawnMu.Unlock()
-	n.wg.Wait()
 }
 
 // Close stops the node: API, background work, DHT, host, GPUs, store, lock.
@@ -495,7 +477,7 @@ func (n *Node) Close() error {
 			n.host.RemoveStreamHandler(p2p.SyncProtocol)
 			n.stopLeases()
 		}
-		n.waitSpawned()
+		n.spawned.close()
 		if n.books != nil {
 			n.books.Wait()
 		}
@@ -508,12 +490,8 @@ func (n *Node) Close() error {
 		if n.host != nil && !n.hostInjected {
 			errs = append(errs, n.host.Close())
 		}
-		// Let the takes being answered finish before the store goes; a
-		// take of this node's own holds tradeMu while it reserves.
-		n.tradeMu.Lock()
-		n.takesClosed = true
-		n.tradeMu.Unlock()
-		n.takes.Wait()
+		// Let the takes being answered finish before the store goes.
+		n.takes.close()
 		n.tradeMu.Lock()
 		if n.gpus != nil {
 			errs = append(errs, n.gpus.Close())

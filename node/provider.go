@@ -27,14 +27,12 @@ const (
 // publish the offer and keep republishing it before it expires, and sample
 // GPU telemetry for the metrics.
 func (n *Node) run() {
-	defer n.wg.Done()
 	n.bootstrap()
 	if n.gpus == nil {
 		return
 	}
-	n.wg.Add(2)
-	go n.sampleTelemetry()
-	go n.replenishLoop()
+	n.spawn(n.sampleTelemetry)
+	n.spawn(n.replenishLoop)
 	backoff := time.Second
 	for {
 		wait := n.offerTTL / 3
@@ -80,7 +78,6 @@ func (n *Node) bootstrap() {
 }
 
 func (n *Node) sampleTelemetry() {
-	defer n.wg.Done()
 	t := time.NewTicker(telemetryInterval)
 	defer t.Stop()
 	for {

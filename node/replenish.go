@@ -99,7 +99,6 @@ func (n *Node) ownFailed(id string, err error) {
 // replenishLoop re-lists freed GPUs for the standing asks until the node
 // closes. The run loop starts it on providers.
 func (n *Node) replenishLoop() {
-	defer n.wg.Done()
 	n.standing.init()
 	t := time.NewTicker(replenishEvery)
 	defer t.Stop()

@@ -12,24 +12,22 @@ import (
 func TestSpawnAfterCloseWaits(t *testing.T) {
 	for range 50 {
 		n := &Node{}
-		var closed, late, refused atomic.Int64
+		var closed, late atomic.Int64
 		var callers sync.WaitGroup
 		for range 8 {
 			callers.Add(1)
 			go func() {
 				defer callers.Done()
 				for range 200 {
-					if !n.spawn(func() {
+					n.spawn(func() {
 						if closed.Load() != 0 {
 							late.Add(1)
 						}
-					}) {
-						refused.Add(1)
-					}
+					})
 				}
 			}()
 		}
-		n.waitSpawned()
+		n.spawned.close()
 		closed.Store(1)
 		callers.Wait()
 		if late.Load() != 0 {

@@ -511,10 +511,10 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 		n.metrics.rejects.WithLabelValues("take", "bad-envelope").Inc()
 		return nil // not worth a signed answer
 	}
-	if !n.takeEnter() {
+	if !n.takes.enter() {
 		return nil // closing
 	}
-	defer n.takes.Done()
+	defer n.takes.leave()
 	takeID := proto.CIDOf(takeEnv).String()
 	received := n.now()
 	reject := func(format string, args ...any) *proto.TradeReply {
@@ -730,18 +730,6 @@ func (n *Node) untrack(id string, qty uint32) {
 	if n.pending[id] == 0 {
 		delete(n.pending, id)
 	}
-}
-
-// takeEnter counts a take in flight, unless the node is closing; Close
-// waits for those in flight before it closes the store.
-func (n *Node) takeEnter() bool {
-	n.tradeMu.Lock()
-	defer n.tradeMu.Unlock()
-	if n.takesClosed {
-		return false
-	}
-	n.takes.Add(1)
-	return true
 }
 
 // freeGPUs lists this provider's GPUs in a market not reserved by a lease.
