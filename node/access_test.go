@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -121,6 +122,14 @@ func TestAPIAccess(t *testing.T) {
 		{"read-only cannot order", apiCall{method: "POST", path: "/api/v0/orders", body: order, header: readOnly}, 403, "read-only"},
 		{"read-only cannot cancel", apiCall{method: "DELETE", path: "/api/v0/orders/x", header: readOnly}, 403, "read-only"},
 		{"read-only cannot close", apiCall{method: "POST", path: "/api/v0/leases/x/close", body: "{}", header: readOnly}, 403, "read-only"},
+		// Reads that would act on the network are refused, or answered from
+		// what the node holds.
+		{"read-only cannot attest", apiCall{method: "GET", path: "/api/v0/attest/" + n.PeerID().String() + "?timeout=2s", header: readOnly}, 403, "read-only"},
+		{"read-only cannot join", apiCall{method: "GET", path: "/api/v0/book/nvidia-b200-sxm6-180gb", header: readOnly}, 403, "not joined"},
+		{"read-only trades cannot join", apiCall{method: "GET", path: "/api/v0/trades/nvidia-b200-sxm6-180gb", header: readOnly}, 403, "not joined"},
+		{"read-only offers from store", apiCall{method: "GET", path: "/api/v0/offers", header: readOnly}, 200, "[]"},
+		{"full token joins", apiCall{method: "GET", path: "/api/v0/book/nvidia-a100-sxm4-80gb", header: full}, 200, "nvidia-a100-sxm4-80gb"},
+		{"read-only reads a joined book", apiCall{method: "GET", path: "/api/v0/book/nvidia-a100-sxm4-80gb", header: readOnly}, 200, "nvidia-a100-sxm4-80gb"},
 		{"count a string", apiCall{method: "POST", path: "/api/v0/orders", body: `{"side":"bid","count":"three"}`, header: full}, 400, `field \"count\"`},
 		{"unknown field", apiCall{method: "POST", path: "/api/v0/orders", body: `{"side":"bid","colour":"red"}`, header: full}, 400, `unknown field \"colour\"`},
 		{"truncated", apiCall{method: "POST", path: "/api/v0/orders", body: `{"side":"bid"`, header: full}, 400, "truncated"},
@@ -143,6 +152,9 @@ func TestAPIAccess(t *testing.T) {
 	// Nothing the refused calls asked for happened.
 	if orders, err := n.Orders(context.Background()); err != nil || len(orders) != 0 {
 		t.Errorf("Orders() after refused calls = %v, %v; want none", orders, err)
+	}
+	if mkts := n.JoinedMarkets(); !slices.Equal(mkts, []string{"nvidia-a100-sxm4-80gb"}) {
+		t.Errorf("markets joined after the calls = %q, want only the one a full token opened", mkts)
 	}
 	// The page itself holds no data and forbids outside code.
 	status, body := doAPI(t, ep.Addr, apiCall{method: "GET", path: "/dashboard/app.js"})

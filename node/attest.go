@@ -62,6 +62,9 @@ func (n *Node) Attest(ctx context.Context, provider string) (_ api.AttestReport,
 	if err != nil {
 		return api.AttestReport{}, api.BadRequest("peer: %v", err)
 	}
+	if api.ReadOnly(ctx) {
+		return api.AttestReport{}, api.ErrReadOnlyNetwork
+	}
 	return n.attest.Attest(ctx, p)
 }
 

@@ -48,6 +48,9 @@ func (n *Node) JoinMarket(ctx context.Context, mkt string) error {
 	if !market.ValidMarketKey(mkt) || mkt == "" {
 		return api.BadRequest("market %q: want a key like nvidia-h100-sxm5-80gb", mkt)
 	}
+	if api.ReadOnly(ctx) && !n.books.Joined(mkt) {
+		return api.Errorf(api.CodeForbidden, "market %s is not joined, and %w", mkt, api.ErrReadOnlyNetwork)
+	}
 	return n.books.JoinMarket(ctx, mkt)
 }
 

@@ -30,3 +30,6 @@ func (n *Node) FailStoreWrites(prefix string, err error) {
 		return nil
 	})
 }
+
+// JoinedMarkets lists the markets whose topics this node joined.
+func (n *Node) JoinedMarkets() []string { return n.books.Markets() }

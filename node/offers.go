@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 
+	"github.com/libp2p/go-libp2p/core/peer"
+
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/p2p"
@@ -27,7 +29,12 @@ func (n *Node) Offers(ctx context.Context, q api.OfferQuery) (_ []api.OfferView,
 	if market.ValidMarketKey(q.GPU) && isFullMarketKey(q.GPU) {
 		key = q.GPU
 	}
-	offers, warm := n.offers.Warm(key)
+	// A read-only request starts no lookup and no refresh: it gets the
+	// offers this node stored.
+	offers, warm := map[peer.ID]*proto.Offer{}, true
+	if !api.ReadOnly(ctx) {
+		offers, warm = n.offers.Warm(key)
+	}
 	if !warm {
 		var ferr error
 		offers, ferr = n.offers.Lookup(ctx, key, false)

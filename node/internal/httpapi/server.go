@@ -164,6 +164,9 @@ func (s *Server) auth(h func(*http.Request) (any, error)) http.HandlerFunc {
 				writeError(w, api.Errorf(api.CodeForbidden, "a read-only token cannot change anything"))
 				return
 			}
+			// Views answer read-only requests from what the node holds:
+			// no peer contacted, no market joined, no DHT lookup.
+			r = r.WithContext(api.WithReadOnly(r.Context()))
 		}
 		v, err := h(r)
 		if err != nil {
