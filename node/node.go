@@ -72,6 +72,7 @@ type options struct {
 	// sweepEvery is how often expired orders leave the replicas; tests
 	// shorten it (export_test.go). Default exchange.DefaultSweepInterval.
 	sweepEvery time.Duration
+	logCap     int64 // see WithLogCap
 }
 
 // WithRepo sets the repo directory. Required.
@@ -273,6 +274,7 @@ type Node struct {
 	republish chan struct{}    // capacity changed: publish now (see capacity.go)
 	credit    creditPolicy     // see credit.go
 	standing  standingAsks     // see replenish.go
+	logs      leaseLogs        // stored workload output under its cap (logs.go)
 
 	// hostInjected: the caller gave the host (WithHost) and closes it.
 	hostInjected bool
@@ -284,7 +286,7 @@ var _ api.API = (*Node)(nil)
 // joining the network and (with GPUs) publishing offers in the background.
 // Close stops everything.
 func New(opts ...Option) (_ *Node, err error) {
-	o := options{offerTTL: time.Hour, billing: time.Minute, now: time.Now}
+	o := options{offerTTL: time.Hour, billing: time.Minute, now: time.Now, logCap: DefaultLogCap}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, err
@@ -330,6 +332,7 @@ func New(opts ...Option) (_ *Node, err error) {
 		log: o.logger.With("node", filepath.Base(o.repo)),
 		own: map[string]*ownOrder{}, pending: map[string]uint32{},
 		republish: make(chan struct{}, 1),
+		logs:      leaseLogs{limit: o.logCap, used: map[string]int64{}},
 	}
 	if o.preemptMargin != nil {
 		n.preemptMargin = *o.preemptMargin

@@ -3,41 +3,11 @@ package node
 import (
 	"context"
 	"fmt"
-	"time"
 
-	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/internal/leases"
-	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
-
-// Logs implements API: the output of a lease's command after seq after.
-func (n *Node) Logs(_ context.Context, id string, after uint64) (_ api.LogsView, err error) {
-	defer classified(&err)
-	r, err := n.leaseRun(id)
-	if err != nil {
-		return api.LogsView{}, err
-	}
-	v := api.LogsView{Lease: id, Chunks: []api.LogChunk{}, Next: after}
-	err = n.store.Logs(id, after, func(seq uint64, val []byte) bool {
-		if len(val) == 0 {
-			return false
-		}
-		stream := "stdout"
-		if val[0] == p2p.FrameStderr {
-			stream = "stderr"
-		}
-		v.Chunks = append(v.Chunks, api.LogChunk{Seq: seq, Stream: stream, Data: string(val[1:])})
-		v.Next = seq
-		return true
-	})
-	r.mu.Lock()
-	v.Exit = r.rec.Exit
-	v.Done = r.rec.Exit != nil || (r.ml.State == market.LeaseClosed && n.now().After(r.ml.ClosedAt.Add(5*time.Second)))
-	r.mu.Unlock()
-	return v, err
-}
 
 // Receipts implements API: a lease's stored chain, each signature checked.
 func (n *Node) Receipts(_ context.Context, id string) ([]api.ReceiptView, error) {

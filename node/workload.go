@@ -522,16 +522,6 @@ func (n *Node) execOnce(r *leaseRun, req []byte, lastOutput *int64) (done bool, 
 	}
 }
 
-func (n *Node) appendLog(r *leaseRun, kind byte, data []byte) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.logSeq++
-	v := append([]byte{kind}, data...)
-	if err := n.store.PutLog(r.id, r.logSeq, v); err != nil {
-		n.log.Warn("storing output failed", "lease", r.id, "err", err)
-	}
-}
-
 // putRecordLocked stores r's record; a failed write ends a running lease
 // as failed (failStoreLocked). Holds r.mu.
 func (n *Node) putRecordLocked(r *leaseRun) {

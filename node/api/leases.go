@@ -50,6 +50,11 @@ type LogsView struct {
 	Next   uint64      `json:"next"` // pass as after to follow
 	Done   bool        `json:"done"` // no more will come
 	Exit   *ExitResult `json:"exit,omitempty"`
+	// More: this page stopped at its size limit; call again from Next.
+	More bool `json:"more,omitempty"`
+	// Dropped is how many chunks after the asked seq were deleted under
+	// the node's log cap before this call (the oldest output goes first).
+	Dropped uint64 `json:"dropped,omitempty"`
 }
 
 // LogChunk is a piece of a lease's captured output.

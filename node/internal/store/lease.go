@@ -154,6 +154,58 @@ func (s *Store) LastLogSeq(id string) (uint64, error) {
 	return last, err
 }
 
+// LogBytes is the size of a lease's stored output chunks, in bytes.
+func (s *Store) LogBytes(id string) (int64, error) {
+	var n int64
+	prefix := []byte(logPrefix(id))
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			if len(it.Item().Key()) == len(prefix)+8 {
+				n += it.Item().ValueSize()
+			}
+		}
+		return nil
+	})
+	return n, err
+}
+
+// TrimLogs deletes a lease's oldest output chunks until at least atLeast
+// bytes are freed (or none is left), and returns the bytes freed. Seqs are
+// never reused, so a reader sees the gap (LogsView.Dropped).
+func (s *Store) TrimLogs(id string, atLeast int64) (int64, error) {
+	var freed int64
+	var keys [][]byte
+	prefix := []byte(logPrefix(id))
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Rewind(); it.Valid() && freed < atLeast; it.Next() {
+			if len(it.Item().Key()) == len(prefix)+8 {
+				freed += it.Item().ValueSize()
+				keys = append(keys, it.Item().KeyCopy(nil))
+			}
+		}
+		return nil
+	})
+	if err != nil || len(keys) == 0 {
+		return 0, err
+	}
+	err = s.db.Update(func(txn *badger.Txn) error {
+		for _, k := range keys {
+			if err := s.del(txn, k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return freed, nil
+}
+
 // Logs calls fn with a lease's output chunks after seq after, in order,
 // until fn returns false.
 func (s *Store) Logs(id string, after uint64, fn func(seq uint64, chunk []byte) bool) error {
