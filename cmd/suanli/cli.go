@@ -26,7 +26,10 @@ import (
 var errUsage = errors.New("usage")
 
 type env struct {
+	// stdout and stderr show remote strings safely (termSafe); raw is
+	// the unfiltered pair, for `logs --raw`.
 	stdout, stderr io.Writer
+	rawOut, rawErr io.Writer
 	repo           string
 	json           bool
 	args           []string // positional arguments of the command, after parse
@@ -101,7 +104,11 @@ Run 'suanli COMMAND -h' for a command's flags.
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	e := &env{stdout: stdout, stderr: stderr}
+	out, errw := newTermSafe(stdout, false), newTermSafe(stderr, false)
+	defer out.Flush()
+	defer errw.Flush()
+	e := &env{stdout: out, stderr: errw, rawOut: stdout, rawErr: stderr}
+	stdout, stderr = out, errw
 	global := flag.NewFlagSet("suanli", flag.ContinueOnError)
 	global.SetOutput(io.Discard)
 	addGlobal(global, e)
@@ -254,8 +261,12 @@ func cmdDaemon(e *env, args []string) error {
 	var xf execFlags
 	xf.register(fs)
 	creditLimit := fs.String("credit-limit", "", "most a buyer may owe unpaid, a `decimal` in the price currency, or none (default from config: "+node.DefaultCreditLimit+")")
+	logCap := fs.Int64("log-cap", node.DefaultLogCap>>20, "keep at most `MiB` of each lease's workload output (the newest)")
 	if err := parse(e, fs, args, 0); err != nil {
 		return err
+	}
+	if *logCap < 1 || *logCap > 1<<20 {
+		return fmt.Errorf("%w: --log-cap %d: want 1 to 1048576 MiB", errUsage, *logCap)
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -291,6 +302,7 @@ func cmdDaemon(e *env, args []string) error {
 	if *creditLimit != "" {
 		opts = append(opts, node.WithCreditLimit(*creditLimit, *currency))
 	}
+	opts = append(opts, node.WithLogCap(*logCap<<20))
 	xopts, err := xf.options(*sim != "")
 	if err != nil {
 		return err

@@ -34,7 +34,8 @@ func cmdExport(e *env, name string, args []string, export func(*client.Client, c
 	if err != nil {
 		return err
 	}
-	_, err = e.stdout.Write(b)
+	// The file's bytes as signed: a verifier must see exactly them.
+	_, err = e.rawOut.Write(b)
 	return err
 }
 
@@ -133,8 +134,18 @@ func printLease(e *env, l api.LeaseView) {
 func cmdLogs(e *env, args []string) error {
 	fs := flag.NewFlagSet("logs", flag.ContinueOnError)
 	follow := fs.Bool("f", false, "follow: keep printing output until the command ends")
+	raw := fs.Bool("raw", false, "print the output's bytes as they are (by default escape sequences are shown, not obeyed)")
 	if err := parse(e, fs, args, 1); err != nil {
 		return err
+	}
+	// The output comes from the provider: shown, not obeyed, unless --raw
+	// (for a file or a pipe). Carriage returns pass (progress bars).
+	stdout, stderr := e.rawOut, e.rawErr
+	if !*raw {
+		o, r := newTermSafe(e.rawOut, true), newTermSafe(e.rawErr, true)
+		defer o.Flush()
+		defer r.Flush()
+		stdout, stderr = o, r
 	}
 	c, err := client.Open(e.repo)
 	if err != nil {
@@ -153,14 +164,20 @@ func cmdLogs(e *env, args []string) error {
 			}
 			return err
 		}
+		if v.Dropped > 0 {
+			fmt.Fprintf(e.stderr, "[%s of earlier output dropped: the node keeps the newest (daemon --log-cap)]\n", plural(int(v.Dropped), "chunk"))
+		}
 		for _, ch := range v.Chunks {
-			w := e.stdout
+			w := stdout
 			if ch.Stream == "stderr" {
-				w = e.stderr
+				w = stderr
 			}
 			fmt.Fprint(w, ch.Data)
 		}
 		after = v.Next
+		if v.More {
+			continue // the next page at once
+		}
 		if !*follow || v.Done {
 			if v.Exit != nil && *follow {
 				fmt.Fprintf(e.stderr, "[exit code %d %s%s]\n", v.Exit.Code, v.Exit.Signal, v.Exit.Error)
@@ -396,4 +413,12 @@ func minTime(a time.Time, b *time.Time) time.Time {
 		return b.Truncate(time.Millisecond)
 	}
 	return a
+}
+
+// plural is "1 chunk" or "3 chunks".
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }
