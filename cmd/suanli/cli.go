@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -128,8 +129,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	name := rest[0]
 	if name == "help" {
-		usage(stdout)
-		return 0
+		if len(rest) == 1 {
+			usage(stdout)
+			return 0
+		}
+		// help CMD [SUB] is CMD [SUB] -h.
+		name, rest = rest[1], append(append([]string{rest[1]}, rest[2:]...), "-h")
 	}
 	for _, c := range commands {
 		if c.name != name {
@@ -173,13 +178,17 @@ func addGlobal(fs *flag.FlagSet, e *env) {
 // number of positional arguments.
 func parse(e *env, fs *flag.FlagSet, args []string, positional int) error {
 	addGlobal(fs, e)
-	fs.SetOutput(e.stderr)
+	// A misuse is one line (run prints it with the command's synopsis);
+	// the flags' list is for -h.
+	fs.SetOutput(io.Discard)
 	// Flags may come before or after positional arguments (book MARKET
 	// --json); everything after "--" is positional.
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(e.stderr)
+				fs.Usage()
 				return err
 			}
 			return fmt.Errorf("%w: %v", errUsage, err)
@@ -199,6 +208,29 @@ func parse(e *env, fs *flag.FlagSet, args []string, positional int) error {
 		return fmt.Errorf("%w: want %d argument(s), got %d: %q", errUsage, positional, len(pos), pos)
 	}
 	e.args = pos
+	return nil
+}
+
+// optInt64 is a whole-number flag that may be left unset, so -h shows the
+// default its help text states, not a sentinel.
+type optInt64 struct {
+	v   int64
+	set bool
+}
+
+func (o *optInt64) String() string {
+	if o == nil || !o.set {
+		return ""
+	}
+	return strconv.FormatInt(o.v, 10)
+}
+
+func (o *optInt64) Set(s string) error {
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return errors.New("want a whole number")
+	}
+	o.v, o.set = v, true
 	return nil
 }
 

@@ -72,6 +72,13 @@ func TestUsageErrors(t *testing.T) {
 		{name: "devnet zero providers", args: []string{"devnet", "--providers", "0"}, wantErr: "--providers and --buyers must be 1..200"},
 		{name: "simnet too few nodes", args: []string{"simnet", "--nodes", "3"}, wantErr: "simnet: 3 nodes, want 4..2000"},
 		{name: "simnet inter latency too high", args: []string{"simnet", "--inter", "50ms"}, wantErr: "want inter 0..40ms"},
+		{name: "gpus unknown sim model", args: []string{"gpus", "--gpu-sim", "dgxh999"}, wantErr: "want one of dgxa100"},
+		{name: "bid price zero", args: []string{"--repo", repo, "bid", "--gpu", "nvidia-h100-sxm5-80gb", "--count", "1", "--price", "0", "--duration", "1m"}, wantErr: "--price 0: want more than 0"},
+		{name: "bid price too high", args: []string{"--repo", repo, "bid", "--gpu", "nvidia-h100-sxm5-80gb", "--count", "1", "--price", "1000000000", "--duration", "1m"}, wantErr: "at most 1000000.00 USD"},
+		{name: "bid count zero", args: []string{"--repo", repo, "bid", "--gpu", "nvidia-h100-sxm5-80gb", "--count", "0", "--price", "1", "--duration", "1m"}, wantErr: "positive whole number"},
+		{name: "bid duration banana", args: []string{"--repo", repo, "bid", "--gpu", "nvidia-h100-sxm5-80gb", "--count", "1", "--price", "1", "--duration", "banana"}, wantErr: `invalid value "banana"`},
+		{name: "settle ack amount abc", args: []string{"--repo", repo, "settle", "ack", "--peer", "x", "--amount", "abc"}, wantErr: "--amount"},
+		{name: "daemon preempt margin", args: []string{"--repo", repo, "daemon", "--preempt-margin", "lots"}, wantErr: "want a whole number"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -103,6 +110,33 @@ func checkUsageErr(t *testing.T, stdout, stderr, wantErr string, global bool, ar
 	}
 	if !strings.Contains(stderr, "usage: suanli ") {
 		t.Errorf("suanli %q: stderr has no usage line:\n%s", args, stderr)
+	}
+	if n := strings.Count(stderr, "\n"); n > 2 {
+		t.Errorf("suanli %q: a misuse printed %d lines, want the reason and the usage line:\n%s", args, n, stderr)
+	}
+}
+
+// help CMD [SUB] prints that command's flags, not the global usage.
+func TestHelpCommand(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"help", "bid"}, "-duration"},
+		{[]string{"help", "ask"}, "-resell"},
+		{[]string{"help", "settle", "ack"}, "-amount"},
+		{[]string{"help", "daemon"}, "-log-cap"},
+	} {
+		stdout, stderr := wantExit(t, tc.args, 0)
+		if out := stdout + stderr; !strings.Contains(out, tc.want) || strings.Contains(out, globalUsage) {
+			t.Errorf("suanli %q printed:\n%s\nwant the command's flags (%s), not the global usage", tc.args, out, tc.want)
+		}
+	}
+	// A default stated in the help text is not followed by a sentinel's.
+	_, stderr := wantExit(t, []string{"daemon", "-h"}, 0)
+	if strings.Contains(stderr, "(default -1)") {
+		t.Errorf("daemon -h shows a sentinel default:\n%s", stderr)
 	}
 }
 
@@ -451,7 +485,7 @@ func TestGPUsSim(t *testing.T) {
 		t.Errorf("table lists the market %d times, want 8:\n%s", n, stdout)
 	}
 
-	_, stderr := wantExit(t, []string{"gpus", "--gpu-sim", "no-such-machine"}, 1)
+	_, stderr := wantExit(t, []string{"gpus", "--gpu-sim", "no-such-machine"}, 2)
 	if !strings.Contains(stderr, "no-such-machine") {
 		t.Errorf("unknown model: stderr:\n%s", stderr)
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -36,6 +37,9 @@ func cmdGPUs(e *env, args []string) error {
 	var b gpu.Backend
 	var err error
 	if *sim != "" {
+		if !slices.Contains(gpu.SimModels(), *sim) {
+			return fmt.Errorf("%w: --gpu-sim %q: want one of %s", errUsage, *sim, strings.Join(gpu.SimModels(), ", "))
+		}
 		b, err = gpu.OpenSim(*sim, *seed)
 	} else {
 		b, err = gpu.Open()
@@ -260,14 +264,14 @@ func cmdDevnet(e *env, args []string) error {
 		return err
 	}
 	for _, a := range tr.Asks {
-		fmt.Fprintf(e.stdout, "  ask %s: %d GPUs of %s at %s %s (spot)\n", short(a.ID), a.Count, a.Market, a.Price, a.Currency)
+		fmt.Fprintf(e.stdout, "  ask %s: %s of %s at %s %s (spot)\n", short(a.ID), plural(int(a.Count), "GPU"), a.Market, a.Price, a.Currency)
 	}
 	for _, b := range tr.Bids {
 		res := b.Status
 		for _, f := range b.Fills {
 			res += fmt.Sprintf(", %d at %s from %s (lease %s)", f.Count, f.Price, short(f.Provider), short(f.Lease))
 		}
-		fmt.Fprintf(e.stdout, "  bid %s: %d GPUs of %s at %s %s: %s\n", short(b.ID), b.Count, b.Market, b.Price, b.Currency, res)
+		fmt.Fprintf(e.stdout, "  bid %s: %s of %s at %s %s: %s\n", short(b.ID), plural(int(b.Count), "GPU"), b.Market, b.Price, b.Currency, res)
 	}
 	ntrades := 0
 	for _, bk := range tr.Books {
@@ -296,7 +300,7 @@ func cmdDevnet(e *env, args []string) error {
 		}
 		fmt.Fprintf(e.stdout, "\nbuyer %s ↔ provider %s\n", short(st.Buyer), short(st.Provider))
 		for _, l := range st.BuyerView.Leases {
-			fmt.Fprintf(e.stdout, "  lease %s: %d receipts, %.1f GPU-s, %s %s\n", short(l.Lease), l.Receipts, float64(l.GPUMillis)/1000, l.Amount, l.Currency)
+			fmt.Fprintf(e.stdout, "  lease %s: %s, %.1f GPU-s, %s %s\n", short(l.Lease), plural(int(l.Receipts), "receipt"), float64(l.GPUMillis)/1000, l.Amount, l.Currency)
 		}
 		for i, t := range st.BuyerView.Totals {
 			agree := "provider's ledger agrees"

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node"
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/client"
@@ -118,7 +119,7 @@ func cmdLease(e *env, args []string) error {
 
 func printLease(e *env, l api.LeaseView) {
 	fmt.Fprintf(e.stdout, "lease %s (%s)\n  provider %s\n  buyer    %s\n", l.ID, l.Role, l.Provider, l.Buyer)
-	fmt.Fprintf(e.stdout, "  %d GPUs of %s at %s %s/GPU-h (%s), billed every %s\n", len(l.GPUs), l.Market, l.Price, l.Currency, l.LeaseType, l.Interval)
+	fmt.Fprintf(e.stdout, "  %s of %s at %s %s/GPU-h (%s), billed every %s\n", plural(len(l.GPUs), "GPU"), l.Market, l.Price, l.Currency, l.LeaseType, l.Interval)
 	fmt.Fprintf(e.stdout, "  %s → %s\n  state %s %s\n", l.Start.Format(time.RFC3339), l.End.Format(time.RFC3339), l.State, l.Reason)
 	fmt.Fprintf(e.stdout, "  receipts %d, countersigned %d, owed %s %s\n", l.Receipts, l.Countersigned, l.Cumulative, l.Currency)
 	if l.Executor != "" {
@@ -261,8 +262,8 @@ func cmdReceiptsVerify(e *env, args []string) error {
 			return err
 		}
 	} else if rep.Valid {
-		fmt.Fprintf(e.stdout, "lease %s: %d receipts, %d countersigned, valid; owed %s %s for %d GPU-ms\n",
-			rep.Lease, rep.Receipts, rep.Countersigned, rep.Owed, rep.Currency, rep.GPUMillis)
+		fmt.Fprintf(e.stdout, "lease %s: %s, %d countersigned, valid; owed %s %s for %d GPU-ms\n",
+			rep.Lease, plural(int(rep.Receipts), "receipt"), rep.Countersigned, rep.Owed, rep.Currency, rep.GPUMillis)
 	}
 	if !rep.Valid {
 		return fmt.Errorf("lease %s: chain invalid: %s", rep.Lease, rep.Error)
@@ -309,7 +310,7 @@ func cmdSettle(e *env, args []string) error {
 	for _, s := range st {
 		fmt.Fprintf(e.stdout, "peer %s\n", s.Peer)
 		for _, l := range s.Leases {
-			fmt.Fprintf(e.stdout, "  lease %s (%s): %d receipts, %d GPU-ms, %s %s, paid %s, owed %s\n", short(l.Lease), l.Role, l.Receipts, l.GPUMillis, l.Amount, l.Currency, l.Paid, l.Owed)
+			fmt.Fprintf(e.stdout, "  lease %s (%s): %s, %d GPU-ms, %s %s, paid %s, owed %s\n", short(l.Lease), l.Role, plural(int(l.Receipts), "receipt"), l.GPUMillis, l.Amount, l.Currency, l.Paid, l.Owed)
 		}
 		for _, p := range s.Payments {
 			fmt.Fprintf(e.stdout, "  payment %d (%s): %s %s %s\n", p.Seq, p.Role, p.Amount, p.Currency, p.Reference)
@@ -335,6 +336,9 @@ func cmdSettleAck(e *env, args []string) error {
 	}
 	if *peerID == "" || *amount == "" {
 		return fmt.Errorf("%w: --peer and --amount are required", errUsage)
+	}
+	if _, err := market.ParseMoney(*amount, *currency); err != nil {
+		return fmt.Errorf("%w: --amount: %v", errUsage, err)
 	}
 	c, ctx, cancel, err := leaseClient(e)
 	if err != nil {

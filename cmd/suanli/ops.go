@@ -80,7 +80,7 @@ func cmdStatus(e *env, args []string) error {
 	}
 	fmt.Fprintf(tw, "markets joined\t%d: %s\n", len(st.Markets), markets)
 	if st.Offer != nil {
-		fmt.Fprintf(tw, "offer published\tseq %d: %d GPUs in %s at %s %s/GPU-h, expires %s\n", st.Offer.Seq, st.Offer.GPUs, st.Offer.Region,
+		fmt.Fprintf(tw, "offer published\tseq %d: %s in %s at %s %s/GPU-h, expires %s\n", st.Offer.Seq, plural(int(st.Offer.GPUs), "GPU"), st.Offer.Region,
 			st.Offer.Price, st.Offer.Currency, st.Offer.Expires.Local().Format(time.DateTime))
 	} else if st.Provider {
 		fmt.Fprintf(tw, "offer published\tnot yet\n")

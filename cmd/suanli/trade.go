@@ -55,8 +55,15 @@ func (f *orderFlags) check() error {
 	case f.req.Start != "" && f.req.LeaseType != "reserved":
 		return fmt.Errorf("%w: --start is for --type reserved", errUsage)
 	}
-	if _, err := market.ParseMoney(f.req.Price, f.req.Currency); err != nil {
-		return fmt.Errorf("%w: --price: %v", errUsage, err)
+	if f.req.Price != "" {
+		m, err := market.ParseMoney(f.req.Price, f.req.Currency)
+		if err != nil {
+			return fmt.Errorf("%w: --price: %v", errUsage, err)
+		}
+		if m.Micros <= 0 || m.Micros > market.MaxPriceMicros {
+			return fmt.Errorf("%w: --price %s: want more than 0 and at most %s %s per GPU-hour", errUsage,
+				f.req.Price, market.FormatMicros(market.MaxPriceMicros, m.Currency), m.Currency)
+		}
 	}
 	if _, err := market.ParseLeaseType(f.req.LeaseType); err != nil {
 		return fmt.Errorf("%w: --type: %v", errUsage, err)
@@ -78,6 +85,7 @@ func cmdAsk(e *env, args []string) error {
 	minD := fs.Duration("min-duration", time.Minute, "shortest lease to sign")
 	maxD := fs.Duration("max-duration", 30*24*time.Hour, "longest lease to sign")
 	fs.BoolVar(&f.req.Replenish, "replenish", false, "standing ask: put GPUs freed at the end of its leases back on the book")
+	fs.String("resell", "", "sell the rest of a reserved `lease` instead: ask --resell LEASE --price X (see 'suanli ask --resell x -h')")
 	if err := parse(e, fs, args, 0); err != nil {
 		return err
 	}
@@ -177,8 +185,8 @@ func placeOrder(e *env, f orderFlags, wait bool) error {
 		for ; shown < len(o.Fills); shown++ {
 			t := o.Fills[shown]
 			if !e.json {
-				fmt.Fprintf(e.stdout, "matched with %s: %d GPUs at %s %s/GPU-h (%s)\nlease %s on %s\n",
-					counterparty(o, t), t.Count, t.Price, t.Currency, t.LeaseType, t.Lease, strings.Join(t.GPUs, ", "))
+				fmt.Fprintf(e.stdout, "matched with %s: %s at %s %s/GPU-h (%s)\nlease %s on %s\n",
+					counterparty(o, t), plural(int(t.Count), "GPU"), t.Price, t.Currency, t.LeaseType, t.Lease, strings.Join(t.GPUs, ", "))
 			}
 		}
 		if o.Status != "resting" && o.Status != "taking" {
@@ -220,8 +228,8 @@ func counterparty(o api.OrderView, t api.TradeView) string {
 }
 
 func printOrder(e *env, o api.OrderView) {
-	fmt.Fprintf(e.stdout, "%s %s\n%s %d GPUs of %s at %s %s/GPU-h (%s): %s, %d left\n",
-		o.Side, o.ID, o.Side, o.Count, o.Market, o.Price, o.Currency, o.LeaseType, o.Status, o.Remaining)
+	fmt.Fprintf(e.stdout, "%s %s\n%s %s of %s at %s %s/GPU-h (%s): %s, %d left\n",
+		o.Side, o.ID, o.Side, plural(int(o.Count), "GPU"), o.Market, o.Price, o.Currency, o.LeaseType, o.Status, o.Remaining)
 	if o.Standing != "" {
 		fmt.Fprintf(e.stdout, "  standing ask %s: freed GPUs go back on the book\n", short(o.Standing))
 	}
@@ -242,7 +250,7 @@ func printPassedOver(e *env, o api.OrderView) {
 		other = "bids at or over"
 	}
 	for _, p := range o.PassedOver {
-		fmt.Fprintf(e.stdout, "  passed over %d %s your price (%d GPUs), %s: %s\n", p.Orders, other, p.GPUs, p.Reason, p.Detail)
+		fmt.Fprintf(e.stdout, "  passed over %d %s your price (%s), %s: %s\n", p.Orders, other, plural(int(p.GPUs), "GPU"), p.Reason, p.Detail)
 	}
 }
 

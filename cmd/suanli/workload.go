@@ -25,7 +25,7 @@ type execFlags struct {
 	vcpus                       string
 	ramGiB, diskGiB             uint64
 	notice                      time.Duration
-	margin                      int64
+	margin                      optInt64
 	increment                   time.Duration
 	schedule, utcOffset         string
 }
@@ -46,7 +46,7 @@ func (f *execFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.utcOffset, "price-utc-offset", "+00:00", "the UTC `offset` of the schedule's day, e.g. +08:00")
 	fs.DurationVar(&f.increment, "billing-increment", 0, "charge GPU time in whole `units` of 1s, 1m or 1h (default: to the millisecond)")
 	fs.DurationVar(&f.notice, "preemption-notice", 0, "notice spot leases get before a preemption (default 30s)")
-	fs.Int64Var(&f.margin, "preempt-margin", -1, "basis points more a spot trade must pay per GPU-hour to preempt a spot lease (default 2000)")
+	fs.Var(&f.margin, "preempt-margin", "`basis points` more a spot trade must pay per GPU-hour to preempt a spot lease (default 2000)")
 }
 
 // options turns the flags into node options; sim tells whether the GPUs
@@ -107,8 +107,8 @@ func (f *execFlags) options(sim bool) ([]node.Option, error) {
 		}
 		opts = append(opts, node.WithPriceSchedule(ws, off))
 	}
-	if f.margin >= 0 {
-		opts = append(opts, node.WithPreemptMargin(f.margin))
+	if f.margin.set {
+		opts = append(opts, node.WithPreemptMargin(f.margin.v))
 	}
 	if f.vcpus != "" || f.ramGiB > 0 || f.diskGiB > 0 {
 		var milli int64
