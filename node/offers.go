@@ -26,7 +26,7 @@ func (n *Node) Offers(ctx context.Context, q api.OfferQuery) (_ []api.OfferView,
 	now := n.now()
 	f.Now = now
 	key := p2p.AnyMarket
-	if market.ValidMarketKey(q.GPU) && isFullMarketKey(q.GPU) {
+	if market.IsFullMarketKey(q.GPU) {
 		key = q.GPU
 	}
 	// A read-only request starts no lookup and no refresh: it gets the
@@ -62,10 +62,4 @@ func (n *Node) Offers(ctx context.Context, q api.OfferQuery) (_ []api.OfferView,
 		out = append(out, withCapacity(offerView(o, f), o, f, now))
 	}
 	return out, nil
-}
-
-// isFullMarketKey tells an exact market key ("nvidia-h100-sxm5-80gb") from
-// a search word ("h100"): keys name a vendor and a memory size.
-func isFullMarketKey(s string) bool {
-	return len(s) > 8 && (s[:7] == "nvidia-" || s[:4] == "amd-") && s[len(s)-2:] == "gb"
 }

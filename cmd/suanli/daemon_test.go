@@ -376,6 +376,29 @@ func TestDaemonDiscovery(t *testing.T) {
 		}
 	})
 
+	t.Run("market words", func(t *testing.T) {
+		// A word names the one market the offers have; the book is that market's.
+		stdout, stderr := wantExit(t, []string{"--repo", repoB, "book", "H100"}, 0)
+		if !strings.Contains(stdout, h100Market) {
+			t.Errorf("book H100 printed:\n%s%s\nwant the book of %s", stdout, stderr, h100Market)
+		}
+		// A word no offer matches is refused, for book and bid alike, and
+		// no market of that name is joined.
+		for _, args := range [][]string{
+			{"--repo", repoB, "book", "a100"},
+			{"--repo", repoB, "bid", "--gpu", "zz999", "--count", "1", "--price", "1", "--duration", "1m"},
+		} {
+			_, stderr := wantExit(t, args, 2)
+			if !strings.Contains(stderr, "no offer this node knows is in a market matching") {
+				t.Errorf("suanli %q: stderr %q, want the refusal", args, stderr)
+			}
+		}
+		stdout, _ = wantExit(t, []string{"--repo", repoB, "--json", "status"}, 0)
+		if strings.Contains(stdout, `"a100"`) || strings.Contains(stdout, `"zz999"`) {
+			t.Errorf("status after refused words lists them as markets:\n%s", stdout)
+		}
+	})
+
 	t.Run("peers", func(t *testing.T) {
 		var peers []api.PeerView
 		poll(t, "B lists A as a peer", func() (bool, string) {

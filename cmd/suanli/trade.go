@@ -43,6 +43,7 @@ func (f *orderFlags) register(fs *flag.FlagSet) {
 
 // check validates what can be checked without a daemon, so misuse exits 2.
 func (f *orderFlags) check() error {
+	f.req.Market = strings.ToLower(f.req.Market)
 	switch {
 	case f.req.Market == "":
 		return fmt.Errorf("%w: --gpu MARKET is required", errUsage)
@@ -156,6 +157,15 @@ func placeOrder(e *env, f orderFlags, wait bool) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
+	if f.req.Resell == "" {
+		typed := f.req.Market
+		if f.req.Market, err = resolveMarket(ctx, c, typed); err != nil {
+			return err
+		}
+		if f.req.Market != typed && !e.json {
+			fmt.Fprintf(e.stderr, "market %s (from %q)\n", f.req.Market, typed)
+		}
+	}
 	o, err := c.PlaceOrder(ctx, f.req)
 	if err != nil {
 		return err
@@ -314,7 +324,7 @@ func cmdBook(e *env, args []string) error {
 	if err := parse(e, fs, args, 1); err != nil {
 		return err
 	}
-	mkt := e.args[0]
+	mkt := strings.ToLower(e.args[0])
 	if !market.ValidMarketKey(mkt) {
 		return fmt.Errorf("%w: %q is not a market key like nvidia-h100-sxm5-80gb", errUsage, mkt)
 	}
@@ -324,6 +334,9 @@ func cmdBook(e *env, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if mkt, err = resolveMarket(ctx, c, mkt); err != nil {
+		return err
+	}
 	b, err := c.Book(ctx, mkt, *cur)
 	if err != nil {
 		return err
@@ -374,7 +387,7 @@ func cmdTrades(e *env, args []string) error {
 	if err := parse(e, fs, args, 1); err != nil {
 		return err
 	}
-	mkt := e.args[0]
+	mkt := strings.ToLower(e.args[0])
 	if !market.ValidMarketKey(mkt) {
 		return fmt.Errorf("%w: %q is not a market key like nvidia-h100-sxm5-80gb", errUsage, mkt)
 	}
@@ -384,6 +397,9 @@ func cmdTrades(e *env, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if mkt, err = resolveMarket(ctx, c, mkt); err != nil {
+		return err
+	}
 	trades, err := c.Trades(ctx, mkt)
 	if err != nil {
 		return err
