@@ -9,6 +9,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/event"
+
 	"github.com/suanli/suanli/gpu"
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/p2p"
@@ -33,6 +35,23 @@ func (n *Node) run() {
 	}
 	n.spawn(n.sampleTelemetry)
 	n.spawn(n.replenishLoop)
+	// A publish that failed for want of peers is retried as soon as a peer
+	// is identified, not only when its backoff ends: the first offer of a
+	// provider started before its peers goes out when they come.
+	peerUp := make(chan struct{}, 1)
+	if sub, err := n.host.EventBus().Subscribe(new(event.EvtPeerIdentificationCompleted)); err == nil {
+		defer sub.Close()
+		// Drained at once: a subscriber that falls behind blocks the
+		// host's identify, and the loop below is busy while it publishes.
+		n.spawn(func() {
+			for range sub.Out() {
+				select {
+				case peerUp <- struct{}{}:
+				default:
+				}
+			}
+		})
+	}
 	backoff := time.Second
 	for {
 		wait := n.offerTTL / 3
@@ -48,12 +67,25 @@ func (n *Node) run() {
 		} else {
 			backoff = time.Second
 		}
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-time.After(wait):
-		case <-n.republish: // a lease took or freed GPUs (capacity.go)
+		failing := err != nil
+		timer := time.NewTimer(wait)
+		for waiting := true; waiting; {
+			select {
+			case <-n.ctx.Done():
+				timer.Stop()
+				return
+			case <-timer.C:
+				waiting = false
+			case <-n.republish: // a lease took or freed GPUs (capacity.go)
+				waiting = false
+			case <-peerUp:
+				// Once published, a new peer changes nothing.
+				if failing {
+					waiting, backoff = false, time.Second
+				}
+			}
 		}
+		timer.Stop()
 	}
 }
 
