@@ -12,7 +12,7 @@ import (
 func startAPI(n *Node, addr string) (*httpapi.Server, error) {
 	return httpapi.Start(httpapi.Config{
 		API: n, Repo: n.repo, Addr: addr,
-		Metrics:  promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}),
+		Metrics:  promhttp.HandlerFor(n.metrics.gatherer(), promhttp.HandlerOpts{}),
 		OnReject: func(reason string) { n.metrics.rejects.WithLabelValues("api", reason).Inc() },
 	})
 }
