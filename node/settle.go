@@ -72,7 +72,7 @@ func (n *Node) AckPayment(ctx context.Context, req api.PaymentRequest) (_ api.Pa
 	if err != nil {
 		return api.PaymentView{}, api.BadRequest("peer: %v", err)
 	}
-	m, err := market.ParseMoney(req.Amount, cmpOr(req.Currency, "USD"))
+	m, err := market.ParseAmount(req.Amount, cmpOr(req.Currency, "USD"))
 	if err != nil {
 		return api.PaymentView{}, api.BadRequest("amount: %v", err)
 	}

@@ -310,6 +310,21 @@ func cmdDevnet(e *env, args []string) error {
 			fmt.Fprintf(e.stdout, "  buyer owes %s %s (%s)\n", market.FormatMicros(-t.OwedMicros, t.Currency), t.Currency, agree)
 		}
 	}
+	// The round trip's last step: each provider acknowledges exactly what
+	// it is owed, and both ledgers come to 0.
+	paid, err := net.Pay(ctx, stmts)
+	if err != nil {
+		return err
+	}
+	if !e.json {
+		fmt.Fprintf(e.stdout, "\nproviders acknowledge payment of exactly what is owed:\n")
+		for i, st := range stmts {
+			for _, t := range st.ProviderView.Totals {
+				fmt.Fprintf(e.stdout, "  %s → %s: paid %s %s; both ledgers now owe %s\n", short(st.Buyer), short(st.Provider),
+					t.Owed, t.Currency, owedNow(paid[i], t.Currency))
+			}
+		}
+	}
 	fmt.Fprintf(e.stdout, "\ndevnet ok: %d providers, %d buyers, %d trades, %d settled pairs (%.1fs)\n", *providers, *buyers, ntrades, len(stmts), time.Since(start).Seconds())
 	if *keep {
 		fmt.Fprintln(e.stdout, "running until Ctrl-C; bootstrap with:")
@@ -344,4 +359,17 @@ func freeSummary(o api.OfferView) string {
 		s += fmt.Sprintf(" (%d at %s)", next.Count, next.At.UTC().Format("01-02 15:04Z"))
 	}
 	return s
+}
+
+// owedNow is what a paid statement's two ledgers owe in currency, "0" when
+// they agree on nothing owed.
+func owedNow(st devnet.Statement, currency string) string {
+	for _, v := range []api.SettlementView{st.BuyerView, st.ProviderView} {
+		for _, t := range v.Totals {
+			if t.Currency == currency && t.OwedMicros != 0 {
+				return market.FormatMicros(t.OwedMicros, currency) + " " + currency + " (NOT SETTLED)"
+			}
+		}
+	}
+	return "0 " + currency
 }

@@ -337,7 +337,7 @@ func cmdSettleAck(e *env, args []string) error {
 	if *peerID == "" || *amount == "" {
 		return fmt.Errorf("%w: --peer and --amount are required", errUsage)
 	}
-	if _, err := market.ParseMoney(*amount, *currency); err != nil {
+	if _, err := market.ParseAmount(*amount, *currency); err != nil {
 		return fmt.Errorf("%w: --amount: %v", errUsage, err)
 	}
 	c, ctx, cancel, err := leaseClient(e)

@@ -77,12 +77,12 @@ func TestDevnet(t *testing.T) {
 	}
 	t.Parallel()
 	out, _ := wantExit(t, []string{"devnet", "--providers", "4", "--buyers", "2"}, 0)
-	for _, want := range []string{"every buyer found every offer", "trade(s) at", "receipts", "(provider's ledger agrees)", "devnet ok"} {
+	for _, want := range []string{"every buyer found every offer", "trade(s) at", "receipts", "(provider's ledger agrees)", "both ledgers now owe 0 USD", "devnet ok"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("devnet output lacks %q:\n%s", want, out)
 		}
 	}
-	if strings.Contains(out, "DIFFERS") || strings.Contains(out, " 0 trades") {
+	if strings.Contains(out, "DIFFERS") || strings.Contains(out, " 0 trades") || strings.Contains(out, "NOT SETTLED") {
 		t.Errorf("devnet traded nothing or its ledgers disagree:\n%s", out)
 	}
 }

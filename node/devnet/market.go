@@ -2,6 +2,7 @@ package devnet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -257,4 +258,56 @@ func (n *Net) Settle(ctx context.Context) ([]Statement, error) {
 		}
 	}
 	return out, nil
+}
+
+// Pay closes the round trip: for each statement, the provider acknowledges
+// exactly what its ledger says the buyer owes, in each currency, and Pay
+// waits until both ledgers owe nothing. It returns the amounts
+// acknowledged, per statement and currency, and the statements after.
+func (n *Net) Pay(ctx context.Context, stmts []Statement) ([]Statement, error) {
+	byID := map[string]*node.Node{}
+	for _, nd := range n.Nodes() {
+		byID[nd.PeerID().String()] = nd
+	}
+	out := make([]Statement, len(stmts))
+	for i, st := range stmts {
+		p, b := byID[st.Provider], byID[st.Buyer]
+		if p == nil || b == nil {
+			return nil, fmt.Errorf("devnet: statement of unknown nodes %s, %s", st.Provider, st.Buyer)
+		}
+		for _, t := range st.ProviderView.Totals {
+			if t.OwedMicros <= 0 {
+				continue
+			}
+			if _, err := p.AckPayment(ctx, api.PaymentRequest{Peer: st.Buyer, Amount: t.Owed, Currency: t.Currency, Reference: "devnet"}); err != nil {
+				return nil, fmt.Errorf("devnet: acknowledging %s %s: %w", t.Owed, t.Currency, err)
+			}
+		}
+		for {
+			pv, err1 := p.Settle(ctx, st.Buyer)
+			bv, err2 := b.Settle(ctx, st.Provider)
+			if err := errors.Join(err1, err2); err != nil {
+				return nil, err
+			}
+			if len(pv) == 1 && len(bv) == 1 && owesNothing(pv[0]) && owesNothing(bv[0]) {
+				out[i] = Statement{Buyer: st.Buyer, Provider: st.Provider, BuyerView: bv[0], ProviderView: pv[0]}
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("devnet: %s and %s still owe after the payment: %w", st.Buyer, st.Provider, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return out, nil
+}
+
+func owesNothing(v api.SettlementView) bool {
+	for _, t := range v.Totals {
+		if t.OwedMicros != 0 {
+			return false
+		}
+	}
+	return true
 }
