@@ -73,7 +73,7 @@ func newMetrics() *metrics {
 
 // watch registers gauges read from the node on each scrape.
 func (m *metrics) watch(n *Node) {
-	m.reg.MustRegister(
+	m.reg.MustRegister(newLeaseCollector(n),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "suanli_dht_routing_table_peers", Help: "Peers in the DHT routing table.",
 		}, func() float64 {

@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
+	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node"
 	"github.com/suanli/suanli/node/client"
 )
@@ -50,9 +52,63 @@ func TestMetricsLint(t *testing.T) {
 	for _, p := range probs {
 		t.Errorf("%s: %s", p.Metric, p.Text)
 	}
-	for _, want := range []string{"# TYPE suanli_gpu_energy_joules_total counter", "# TYPE libp2p_identify_"} {
+	for _, want := range []string{"# TYPE suanli_gpu_energy_joules_total counter", "# TYPE libp2p_identify_", "suanli_gpus_free 8", "suanli_gpus_leased 0"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+}
+
+// TestLeaseMetrics: /metrics counts leases by role, state and reason, the
+// receipts countersigned and what they bill, and the GPUs leased, as the
+// lease views say.
+func TestLeaseMetrics(t *testing.T) {
+	provider, buyer := startLeaseNet(t)
+	ctx := marketCtx(t)
+	scrape := func(n *node.Node) string {
+		ep, err := client.ReadEndpoint(n.Repo())
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.Get("http://" + ep.Addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	id := trade(t, ctx, provider, buyer, "3s")
+	waitFor(t, ctx, "the provider's metrics to show 2 GPUs leased", func() (bool, string) {
+		body := scrape(provider)
+		return strings.Contains(body, "suanli_gpus_leased 2") && strings.Contains(body, "suanli_gpus_free 6"), body
+	})
+	pv := waitLeaseClosed(t, ctx, provider, id)
+	waitLeaseClosed(t, ctx, buyer, id)
+	billed, err := market.ParseAmount(pv.Cumulative, pv.Currency)
+	if err != nil || billed.Micros == 0 {
+		t.Fatalf("provider's lease bills %q: %v", pv.Cumulative, err)
+	}
+	for _, side := range []struct {
+		n    *node.Node
+		role string
+	}{{provider, "provider"}, {buyer, "buyer"}} {
+		want := []string{
+			fmt.Sprintf(`suanli_leases{reason="completed",role="%s",state="closed"} 1`, side.role),
+			fmt.Sprintf(`suanli_lease_billed_micros_total{currency="USD",role="%s"} %d`, side.role, billed.Micros),
+			fmt.Sprintf(`suanli_lease_receipts_countersigned_total{role="%s"} %d`, side.role, pv.Countersigned),
+		}
+		waitFor(t, ctx, side.role+"'s lease metrics", func() (bool, string) {
+			body := scrape(side.n)
+			for _, w := range want {
+				if !strings.Contains(body, w) {
+					return false, "lacks " + w
+				}
+			}
+			return true, ""
+		})
+	}
+	if body := scrape(provider); !strings.Contains(body, "suanli_gpus_leased 0") {
+		t.Errorf("after the lease the provider still shows GPUs leased")
 	}
 }
