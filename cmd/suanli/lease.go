@@ -360,11 +360,12 @@ func cmdSettleAck(e *env, args []string) error {
 // followLeases shows a filled bid's leases starting, their receipts as
 // they arrive, and how they close.
 func followLeases(ctx context.Context, e *env, c *client.Client, o api.OrderView) error {
+	var failed []string
 	for _, t := range o.Fills {
 		if t.Lease == "" {
 			continue
 		}
-		shown, state, eps, noticed := 0, "", 0, false
+		shown, said, eps, noticed := 0, "", 0, false
 		for {
 			qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			l, err := c.Lease(qctx, t.Lease)
@@ -375,17 +376,17 @@ func followLeases(ctx context.Context, e *env, c *client.Client, o api.OrderView
 			cancel()
 			if err != nil {
 				if ctx.Err() != nil {
-					return nil
+					return stoppedFollowing(e, t.Lease)
 				}
 				return err
 			}
-			if l.State != state {
-				state = l.State
-				fmt.Fprintf(e.stdout, "lease %s: %s %s\n", short(l.ID), l.State, l.Reason)
+			if now := leaseProgress(l, time.Now()); now != said {
+				said = now
+				fmt.Fprintf(e.stdout, "lease %s: %s\n", l.ID, now)
 			}
 			if l.PreemptAt != nil && !noticed {
 				noticed = true
-				fmt.Fprintf(e.stdout, "lease %s: preemption notice, ends at %s\n", short(l.ID), l.PreemptAt.Format(time.RFC3339))
+				fmt.Fprintf(e.stdout, "lease %s: preemption notice, ends at %s\n", l.ID, l.PreemptAt.Local().Format(time.DateTime))
 			}
 			for ; eps < len(l.Endpoints); eps++ {
 				ep := l.Endpoints[eps]
@@ -395,20 +396,68 @@ func followLeases(ctx context.Context, e *env, c *client.Client, o api.OrderView
 				r := rs[shown]
 				fmt.Fprintf(e.stdout, "receipt %d: %d GPU-ms, %s %s (total %s), countersigned: %s\n", r.Seq, r.GPUMillis, r.Amount, l.Currency, r.Cumulative, r.BuyerSignature)
 			}
-			if l.State == "closed" && len(rs) > 0 && rs[len(rs)-1].WindowEnd.Equal(minTime(l.End, l.ClosedAt)) {
-				break
+			done := l.State == "closed" && len(rs) > 0 && rs[len(rs)-1].WindowEnd.Equal(minTime(l.End, l.ClosedAt))
+			if !done && l.ClosedAt != nil && time.Since(*l.ClosedAt) > 15*time.Second {
+				fmt.Fprintf(e.stdout, "lease %s: no more receipts came\n", l.ID)
+				done = true
 			}
-			if l.ClosedAt != nil && time.Since(*l.ClosedAt) > 15*time.Second {
-				fmt.Fprintf(e.stdout, "lease %s: no more receipts came\n", short(l.ID))
+			if done {
+				if l.Reason == "failed" || l.Exit != nil && (l.Exit.Code != 0 || l.Exit.Error != "") && l.Reason == "exited" {
+					failed = append(failed, l.ID)
+				}
 				break
 			}
 			select {
 			case <-ctx.Done():
-				return nil
+				return stoppedFollowing(e, t.Lease)
 			case <-time.After(500 * time.Millisecond):
 			}
 		}
 	}
+	if len(failed) > 0 {
+		return fmt.Errorf("lease %s failed (suanli lease show for the details)", strings.Join(failed, ", "))
+	}
+	return nil
+}
+
+// leaseProgress says in words where a lease stands at now: agreed but not
+// yet started (a reserved block ahead, or GPUs freed by a preemption
+// notice first), running, or closed with its reason, note and exit.
+func leaseProgress(l api.LeaseView, now time.Time) string {
+	switch {
+	case l.State == "closed":
+		s := "closed " + l.Reason
+		if x := l.Exit; x != nil {
+			switch {
+			case x.OOMKilled:
+				s += ", killed for want of memory"
+			case x.Error != "" && strings.Contains(l.Note, x.Error):
+				// the note says it
+			case x.Error != "":
+				s += ", " + x.Error
+			case x.Signal != "":
+				s += ", killed by " + x.Signal
+			default:
+				s += fmt.Sprintf(", exit code %d", x.Code)
+			}
+		}
+		if l.Note != "" {
+			s += ": " + l.Note
+		}
+		return s
+	case l.Start.After(now):
+		at := l.Start.Local().Format(time.DateTime)
+		if l.LeaseType == "reserved" {
+			return "agreed; the reserved block starts at " + at
+		}
+		return "agreed; starts at " + at + ", when a preemption notice to a spot lease ends"
+	}
+	return l.State
+}
+
+// stoppedFollowing is what Ctrl-C on `bid --wait` says: the lease goes on.
+func stoppedFollowing(e *env, lease string) error {
+	fmt.Fprintf(e.stdout, "stopped following; lease %s keeps running and billing until its end (suanli lease close %s ends it; suanli lease show %s follows it)\n", lease, lease, lease)
 	return nil
 }
 

@@ -93,4 +93,25 @@ func TestDaemonLease(t *testing.T) {
 	bad[len(bad)/2] ^= 1
 	os.WriteFile(file, bad, 0o600)
 	wantExit(t, []string{"receipts", "verify", "--file", file}, 1)
+
+	// bid --wait follows the lease to its end, says why it closed, and
+	// exits non-zero when the workload failed.
+	poll(t, "a second ask to rest", func() (bool, string) {
+		code, out, errOut := runCLI(t, "--repo", repoP, "ask", "--gpu", h100Market, "--count", "2", "--price", "2.40", "--min-duration", "1s")
+		return code == 0, out + errOut
+	})
+	poll(t, "the buyer to see it", func() (bool, string) {
+		_, out, _ := runCLI(t, "--repo", repoB, "book", h100Market, "--json")
+		var b api.BookView
+		return json.Unmarshal([]byte(out), &b) == nil && len(b.Asks) == 1, out
+	})
+	out2, err2 := wantExit(t, []string{"--repo", repoB, "bid", "--gpu", h100Market, "--count", "2", "--price", "2.50",
+		"--duration", "20s", "--ioc", "--wait", "--exec", "--", "sh", "-c", "exit 3"}, 1)
+	t.Logf("bid --wait said:\n%s%s", out2, err2)
+	if !strings.Contains(out2, "closed exited, exit code 3") {
+		t.Errorf("bid --wait of a failing workload does not say how it ended: %s", out2)
+	}
+	if !strings.Contains(err2, "failed") || !strings.Contains(out2, "filled: all 2 GPUs") {
+		t.Errorf("bid --wait of a failing workload: stdout %q stderr %q", out2, err2)
+	}
 }

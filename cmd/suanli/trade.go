@@ -186,7 +186,7 @@ func placeOrder(e *env, f orderFlags, wait bool) error {
 		if o.Status != status {
 			status = o.Status
 			if !e.json {
-				fmt.Fprintf(e.stdout, "%s %s: %s (%d of %d GPUs left)\n", o.Side, short(o.ID), o.Status, o.Remaining, o.Count)
+				fmt.Fprintf(e.stdout, "%s %s: %s\n", o.Side, o.ID, orderProgress(o))
 				if o.Status == "resting" {
 					printPassedOver(e, o)
 				}
@@ -213,7 +213,7 @@ func placeOrder(e *env, f orderFlags, wait bool) error {
 			if e.json {
 				return printJSON(e.stdout, o)
 			}
-			fmt.Fprintln(e.stdout, "stopped waiting; the order keeps resting (suanli cancel to withdraw it)")
+			fmt.Fprintf(e.stdout, "stopped waiting; the order keeps resting (suanli cancel %s to withdraw it)\n", o.ID)
 			return nil
 		case <-time.After(250 * time.Millisecond):
 		}
@@ -237,9 +237,29 @@ func counterparty(o api.OrderView, t api.TradeView) string {
 	return "buyer " + t.Buyer
 }
 
+// orderProgress says where an order stands in words: resting with what is
+// left, or done with what it filled (an IOC order that crossed nothing
+// says so).
+func orderProgress(o api.OrderView) string {
+	filled := o.Filled()
+	switch o.Status {
+	case "resting", "taking":
+		return fmt.Sprintf("%s, %d of %s left", o.Status, o.Remaining, plural(int(o.Count), "GPU"))
+	case "done", "filled":
+		if filled == 0 {
+			return "done: nothing crossed it, so nothing filled (an IOC order does not rest)"
+		}
+		if filled < o.Count {
+			return fmt.Sprintf("done: filled %d of %s; the rest did not rest (IOC)", filled, plural(int(o.Count), "GPU"))
+		}
+		return fmt.Sprintf("filled: all %s", plural(int(o.Count), "GPU"))
+	}
+	return fmt.Sprintf("%s, filled %d of %s", o.Status, filled, plural(int(o.Count), "GPU"))
+}
+
 func printOrder(e *env, o api.OrderView) {
-	fmt.Fprintf(e.stdout, "%s %s\n%s %s of %s at %s %s/GPU-h (%s): %s, %d left\n",
-		o.Side, o.ID, o.Side, plural(int(o.Count), "GPU"), o.Market, o.Price, o.Currency, o.LeaseType, o.Status, o.Remaining)
+	fmt.Fprintf(e.stdout, "%s %s\n%s %s of %s at %s %s/GPU-h (%s): %s\n",
+		o.Side, o.ID, o.Side, plural(int(o.Count), "GPU"), o.Market, o.Price, o.Currency, o.LeaseType, orderProgress(o))
 	if o.Standing != "" {
 		fmt.Fprintf(e.stdout, "  standing ask %s: freed GPUs go back on the book\n", short(o.Standing))
 	}
