@@ -138,7 +138,7 @@ func checkBook(b *Book) error {
 		if e := b.orders.get(h, id); e != nil && e.o.ClientKey == ck.key && e.o.Maker == ck.maker {
 			continue
 		}
-		if r := b.tombs.find(h, id); r >= 0 && b.tombs.ring[r].v.key == ck.key && b.tombs.ring[r].v.maker == ck.maker {
+		if i, seq := b.tombs.find(h, id); i >= 0 && b.tombs.rec(seq).v.key == ck.key && b.tombs.rec(seq).v.maker == ck.maker {
 			continue
 		}
 		return fmt.Errorf("client key %q of %s names %s, which the book does not know", ck.key, ck.maker, id)
@@ -153,38 +153,39 @@ func checkBook(b *Book) error {
 }
 
 // check verifies the replay memory: the ring's counts, the index holding
-// exactly the records not deleted, each found under its own ID.
+// exactly the records not deleted (and stale slots), each found under its
+// own ID.
 func (m *memory[V]) check(seed maphash.Seed) error {
-	if m.live+m.gone > m.limit || m.live+m.gone > len(m.ring) {
-		return fmt.Errorf("%d records and %d deleted, limit %d, ring %d", m.live, m.gone, m.limit, len(m.ring))
+	if m.live+m.gone > m.limit || uint64(m.live+m.gone) != m.tail-m.head {
+		return fmt.Errorf("%d records and %d deleted, limit %d, ring [%d, %d)", m.live, m.gone, m.limit, m.head, m.tail)
 	}
 	live, gone := 0, 0
-	for k := range len(m.ring) {
-		r := (m.head + k) % len(m.ring)
-		rec := &m.ring[r]
-		if k >= m.live+m.gone {
-			if rec.id != "" {
-				return fmt.Errorf("record %q outside the ring's window", rec.id)
-			}
-			continue
-		}
+	for seq := m.head; seq != m.tail; seq++ {
+		rec := m.rec(seq)
 		if rec.dead {
 			gone++
 			continue
 		}
 		live++
-		if rec.h != idHash(seed, rec.id) || m.find(rec.h, rec.id) != r {
+		if i, got := m.find(rec.h, rec.id); rec.h != idHash(seed, rec.id) || i < 0 || got != seq {
 			return fmt.Errorf("record %q not indexed", rec.id)
 		}
 	}
-	slots := 0
+	slots, used := 0, 0
 	for _, s := range m.slots {
-		if s != 0 {
+		if s == 0 {
+			continue
+		}
+		used++
+		if _, ok := m.seqOf(s); ok {
 			slots++
 		}
 	}
-	if live != m.live || gone != m.gone || slots != live {
-		return fmt.Errorf("%d live, %d deleted, %d slots; counted %d, %d", live, gone, slots, m.live, m.gone)
+	if live != m.live || gone != m.gone || slots != live || used != m.used {
+		return fmt.Errorf("%d live, %d deleted, %d slots of %d used; counted %d, %d, %d used", live, gone, slots, used, m.live, m.gone, m.used)
+	}
+	if m.used > 0 && 10*m.used > 7*len(m.slots)+10 {
+		return fmt.Errorf("index %d of %d slots used", m.used, len(m.slots))
 	}
 	return nil
 }
@@ -770,29 +771,6 @@ func BenchmarkMatchConstrained(b *testing.B) {
 		ms, err := book.MatchAppend(buf[:0], taker, bookT0)
 		if err != nil || len(ms) != 1 {
 			b.Fatalf("MatchAppend() = %d matches, %v", len(ms), err)
-		}
-	}
-}
-
-func BenchmarkApplyFill(b *testing.B) {
-	book, orders := deepBook(b, 10_000, 200)
-	fills := make([]Fill, b.N)
-	for i := range fills {
-		a := orders[i%len(orders)]
-		fills[i] = Fill{
-			ID: fmt.Sprintf("fill-%08d", i), Market: bookMarket, Currency: "USD",
-			BidID: fmt.Sprintf("bid-%08d", i), AskID: a.ID, Buyer: "u1", Provider: a.Maker,
-			Quantity: 1, Price: a.Price, LeaseType: Spot, Time: bookT0,
-		}
-	}
-	if b.N > 8*len(orders) {
-		b.Skip("more fills than GPUs resting")
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := range b.N {
-		if err := book.ApplyFill(fills[i]); err != nil {
-			b.Fatal(err)
 		}
 	}
 }

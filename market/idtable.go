@@ -99,18 +99,31 @@ func (t *liveTable) del(h uint64, e *entry) {
 // memory is the book's replay memory of one kind of ID (dead orders, or
 // applied fills): records in a ring in arrival order, indexed by an
 // open-addressing set of handles. Each event costs O(1): a probe to look an
-// ID up; an append, and at the cap the eviction of the oldest record, to
-// remember one. A record is forgotten logically once its expiry is not
-// after the book's sweep time (lookups skip it) and physically when it
-// reaches the ring's head in a sweep or is evicted by the cap; nothing is
-// ever rehashed in the steady state.
+// ID up; an append, and at the cap dropping the oldest record, to remember
+// one. A record is forgotten logically once its expiry is not after the
+// book's sweep time (lookups skip it) and physically when it reaches the
+// ring's head in a sweep or is dropped at the cap.
+//
+// Dropping a record costs no probe: an index slot names its record by
+// arrival number, and a slot naming a record outside the ring's window is
+// stale, as good as empty to an insert and skipped by a lookup. A cleaner
+// walks the index a few slots per insert and shifts stale slots out, so
+// they never crowd it. The ring is allocated a block at a time as it
+// fills, and nothing is copied or rehashed in the steady state.
 type memory[V any] struct {
 	limit      int
-	ring       []memRec[V]
-	head, n    int
-	slots      []uint64 // 0, or the handle's high 32 bits << 32 | ring index + 1
-	swept      int64    // records with exp <= swept are forgotten
-	live, gone int      // records held and not deleted; deleted ones still in the ring
+	blocks     [][]memRec[V] // the ring (limit records), allocated as used
+	head, tail uint64        // arrival numbers: oldest held, next
+	live, gone int           // records held and not deleted; deleted ones still in the ring
+	swept      int64         // records with exp <= swept are forgotten
+
+	// slots hold 0 (empty) or a slot word: the handle's tag (its high 32
+	// bits, top bit set) << 32 | the record's arrival number mod 2^32. The
+	// tag's low bits are the slot's home, so a slot can be moved without
+	// reading its record.
+	slots []uint64
+	used  int // slots not empty (live or stale)
+	clean int // the cleaner's position
 }
 
 type memRec[V any] struct {
@@ -121,30 +134,52 @@ type memRec[V any] struct {
 	dead bool // deleted (or replaced): kept in the ring until it reaches the head
 }
 
+const (
+	memBlockShift = 12
+	memBlock      = 1 << memBlockShift
+	// cleanPerPut is how many index slots the cleaner visits per insert:
+	// stale slots (one per dropped record) then stay under a 1/cleanPerPut
+	// share of the index.
+	cleanPerPut = 8
+)
+
 func newMemory[V any](limit int) memory[V] {
-	return memory[V]{limit: limit, swept: minTime}
+	return memory[V]{limit: limit, swept: minTime, blocks: make([][]memRec[V], (limit+memBlock-1)/memBlock)}
 }
 
-// slotTag is the part of a handle a slot keeps; its low bits are also the
-// slot's home, so a slot can be moved without reading its record.
-func slotTag(h uint64) uint64 { return h >> 32 }
+func slotTag(h uint64) uint32 { return uint32(h>>32) | 1<<31 }
 
-// find returns the ring index of id's record, live or not, or -1.
-func (m *memory[V]) find(h uint64, id string) int {
+// rec is the record with arrival number seq.
+func (m *memory[V]) rec(seq uint64) *memRec[V] {
+	pos := int(seq % uint64(m.limit))
+	return &m.blocks[pos>>memBlockShift][pos&(memBlock-1)]
+}
+
+// seqOf returns the arrival number slot word s names, ok false if stale.
+func (m *memory[V]) seqOf(s uint64) (uint64, bool) {
+	d := uint64(uint32(m.tail) - uint32(s))
+	return m.tail - d, d >= 1 && d <= m.tail-m.head
+}
+
+// find returns the index slot and arrival number of id's record, live or
+// expired, or slot -1.
+func (m *memory[V]) find(h uint64, id string) (int, uint64) {
 	if m.slots == nil {
-		return -1
+		return -1, 0
 	}
 	mask := uint64(len(m.slots) - 1)
 	tag := slotTag(h)
-	for i := tag & mask; ; i = (i + 1) & mask {
+	for i := uint64(tag) & mask; ; i = (i + 1) & mask {
 		s := m.slots[i]
 		if s == 0 {
-			return -1
+			return -1, 0
 		}
-		if s>>32 == tag {
-			r := int(uint32(s)) - 1
-			if rec := &m.ring[r]; rec.h == h && rec.id == id {
-				return r
+		if uint32(s>>32) != tag {
+			continue
+		}
+		if seq, ok := m.seqOf(s); ok {
+			if r := m.rec(seq); r.h == h && r.id == id {
+				return int(i), seq
 			}
 		}
 	}
@@ -152,22 +187,22 @@ func (m *memory[V]) find(h uint64, id string) int {
 
 // get returns id's record if it is remembered.
 func (m *memory[V]) get(h uint64, id string) (*memRec[V], bool) {
-	r := m.find(h, id)
-	if r < 0 {
+	i, seq := m.find(h, id)
+	if i < 0 {
 		return nil, false
 	}
-	rec := &m.ring[r]
-	if rec.exp <= m.swept {
+	r := m.rec(seq)
+	if r.exp <= m.swept {
 		return nil, false
 	}
-	return rec, true
+	return r, true
 }
 
 // del forgets id.
 func (m *memory[V]) del(h uint64, id string) {
-	if r := m.find(h, id); r >= 0 {
-		m.unindex(r)
-		m.ring[r].dead = true
+	if i, seq := m.find(h, id); i >= 0 {
+		m.deleteSlot(i)
+		m.rec(seq).dead = true
 		m.live--
 		m.gone++
 	}
@@ -178,36 +213,33 @@ func (m *memory[V]) del(h uint64, id string) {
 // deleted, so the caller can drop what refers to it.
 func (m *memory[V]) put(h uint64, id string, exp int64, v V) (evicted memRec[V], ok bool) {
 	m.del(h, id)
-	if m.live+m.gone == len(m.ring) && len(m.ring) < m.limit {
-		m.grow()
-	}
-	if m.live+m.gone == m.limit || m.live+m.gone == len(m.ring) {
+	if m.tail-m.head == uint64(m.limit) {
 		evicted, ok = m.popHead()
 	}
-	r := m.head + m.live + m.gone
-	if r >= len(m.ring) {
-		r -= len(m.ring)
+	pos := int(m.tail % uint64(m.limit))
+	blk := &m.blocks[pos>>memBlockShift]
+	if *blk == nil {
+		*blk = make([]memRec[V], min(memBlock, m.limit-pos))
 	}
-	m.ring[r] = memRec[V]{id: id, h: h, exp: exp, v: v}
+	(*blk)[pos&(memBlock-1)] = memRec[V]{id: id, h: h, exp: exp, v: v}
+	seq := m.tail
+	m.tail++
 	m.live++
-	m.index(h, r)
+	m.index(h, seq)
 	return evicted, ok
 }
 
-// popHead drops the oldest record and returns it; ok is false when it had
-// been deleted.
+// popHead drops the oldest record (its slot goes stale by itself) and
+// returns it; ok is false when it had been deleted.
 func (m *memory[V]) popHead() (rec memRec[V], ok bool) {
-	r := m.head
-	rec = m.ring[r]
+	r := m.rec(m.head)
+	rec = *r
+	*r = memRec[V]{}
+	m.head++
 	if rec.dead {
 		m.gone--
 	} else {
-		m.unindex(r)
 		m.live--
-	}
-	m.ring[r] = memRec[V]{}
-	if m.head++; m.head == len(m.ring) {
-		m.head = 0
 	}
 	return rec, !rec.dead
 }
@@ -216,8 +248,8 @@ func (m *memory[V]) popHead() (rec memRec[V], ok bool) {
 // at the head of the ring, calling drop for each that was not deleted.
 func (m *memory[V]) sweep(now int64, drop func(*memRec[V])) {
 	m.swept = max(m.swept, now)
-	for m.live+m.gone > 0 {
-		if rec := &m.ring[m.head]; !rec.dead && rec.exp > m.swept {
+	for m.head != m.tail {
+		if r := m.rec(m.head); !r.dead && r.exp > m.swept {
 			return
 		}
 		if rec, ok := m.popHead(); ok && drop != nil {
@@ -230,59 +262,85 @@ func (m *memory[V]) sweep(now int64, drop func(*memRec[V])) {
 // dropped.
 func (m *memory[V]) len() int { return m.live }
 
-func (m *memory[V]) index(h uint64, r int) {
+// index adds the slot of record seq (handle h) in the first empty or stale
+// slot from its home, after a few steps of the cleaner.
+func (m *memory[V]) index(h uint64, seq uint64) {
+	if 2*m.live > len(m.slots) {
+		m.resize(max(64, 2*len(m.slots)))
+	} else if 10*m.used > 7*len(m.slots) {
+		m.resize(len(m.slots))
+	}
+	m.cleanSome()
 	mask := uint64(len(m.slots) - 1)
 	tag := slotTag(h)
-	i := tag & mask
-	for m.slots[i] != 0 {
+	i := uint64(tag) & mask
+	for {
+		s := m.slots[i]
+		if s == 0 {
+			m.used++
+			break
+		}
+		if _, ok := m.seqOf(s); !ok {
+			break
+		}
 		i = (i + 1) & mask
 	}
-	m.slots[i] = tag<<32 | uint64(r+1)
+	m.slots[i] = uint64(tag)<<32 | uint64(uint32(seq))
 }
 
-func (m *memory[V]) unindex(r int) {
-	mask := uint64(len(m.slots) - 1)
-	tag := slotTag(m.ring[r].h)
-	want := tag<<32 | uint64(r+1)
-	i := tag & mask
-	for m.slots[i] != want {
-		i = (i + 1) & mask
+// cleanSome moves the cleaner over cleanPerPut slots, emptying stale ones.
+func (m *memory[V]) cleanSome() {
+	for range cleanPerPut {
+		if m.clean >= len(m.slots) {
+			m.clean = 0
+		}
+		if s := m.slots[m.clean]; s != 0 {
+			if _, ok := m.seqOf(s); !ok {
+				m.deleteSlot(m.clean)
+				continue // look again at what moved in
+			}
+		}
+		m.clean++
 	}
+}
+
+// deleteSlot empties slot i, shifting back later slots of its run whose
+// home is at or before it, so no lookup loses its way.
+func (m *memory[V]) deleteSlot(i int) {
+	mask := len(m.slots) - 1
 	for j := (i + 1) & mask; ; j = (j + 1) & mask {
 		s := m.slots[j]
 		if s == 0 {
 			break
 		}
-		if (j-(s>>32))&mask >= (j-i)&mask {
+		home := int(s>>32) & mask
+		if (j-home)&mask >= (j-i)&mask {
 			m.slots[i] = s
 			i = j
 		}
 	}
 	m.slots[i] = 0
+	m.used--
 }
 
-// grow doubles the ring (up to the limit), moving its records to the front
-// in arrival order, and rebuilds the index at twice the ring's size.
-func (m *memory[V]) grow() {
-	size := min(max(2*len(m.ring), 64), m.limit)
-	ring := make([]memRec[V], size)
-	held := m.live + m.gone
-	for k := range held {
-		r := m.head + k
-		if r >= len(m.ring) {
-			r -= len(m.ring)
+// resize rebuilds the index with n slots, leaving stale slots out.
+func (m *memory[V]) resize(n int) {
+	old := m.slots
+	m.slots = make([]uint64, n)
+	m.used, m.clean = 0, 0
+	mask := uint64(n - 1)
+	for _, s := range old {
+		if s == 0 {
+			continue
 		}
-		ring[k] = m.ring[r]
-	}
-	m.ring, m.head = ring, 0
-	slots := 64
-	for slots < 2*size {
-		slots *= 2
-	}
-	m.slots = make([]uint64, slots)
-	for k := range held {
-		if !ring[k].dead {
-			m.index(ring[k].h, k)
+		if _, ok := m.seqOf(s); !ok {
+			continue
 		}
+		i := (s >> 32) & mask
+		for m.slots[i] != 0 {
+			i = (i + 1) & mask
+		}
+		m.slots[i] = s
+		m.used++
 	}
 }

@@ -98,7 +98,7 @@ func (b *Book) MatchAppend(dst []Match, o *Order, now time.Time) ([]Match, error
 			}
 		}
 	}
-	dst, _, err := b.match(dst, nil, o, want, now.UnixNano(), nil)
+	dst, _, err := b.match(dst, nil, false, o, want, now.UnixNano(), nil)
 	return dst, err
 }
 
@@ -111,10 +111,10 @@ func crosses(side Side, price, resting int64) bool {
 	return price <= resting
 }
 
-// match appends o's matches for up to want GPUs, and with ents not nil
-// their resting entries to ents. used, when not nil, holds quantities of
+// match appends o's matches for up to want GPUs, and with track their
+// resting entries to ents. used, when not nil, holds quantities of
 // resting orders already promised to other proposals.
-func (b *Book) match(dst []Match, ents []*entry, o *Order, want uint32, now int64, used map[*entry]uint32) ([]Match, []*entry, error) {
+func (b *Book) match(dst []Match, ents []*entry, track bool, o *Order, want uint32, now int64, used map[*entry]uint32) ([]Match, []*entry, error) {
 	start, estart := len(dst), len(ents)
 	opp := b.sideOf(o.Side.Opposite())
 	left := want
@@ -150,7 +150,7 @@ func (b *Book) match(dst []Match, ents []*entry, o *Order, want uint32, now int6
 			}
 			q := min(avail, left)
 			dst = append(dst, Match{OrderID: e.o.ID, Maker: e.o.Maker, Quantity: q, Price: l.price, LeaseType: ask.LeaseType})
-			if ents != nil {
+			if track {
 				ents = append(ents, e)
 			}
 			left -= q
@@ -202,7 +202,7 @@ func (b *Book) Take(dst []Fill, o *Order, now time.Time, agree func(*Match) stri
 	}
 	n := now.UnixNano()
 	var took uint32
-	ms, ents, err := b.match(b.matches[:0], b.takes[:0], o, o.Quantity-prior, n, nil)
+	ms, ents, err := b.match(b.matches[:0], b.takes[:0], true, o, o.Quantity-prior, n, nil)
 	b.matches, b.takes = ms, ents
 	if err != nil {
 		return dst, err
@@ -283,7 +283,7 @@ func (b *Book) Crossing(maker string, now time.Time) []Cross {
 				if used == nil {
 					used = make(map[*entry]uint32)
 				}
-				ms, ents, _ := b.match(nil, []*entry{}, &e.o, e.remaining, n, used)
+				ms, ents, _ := b.match(nil, nil, true, &e.o, e.remaining, n, used)
 				if len(ms) == 0 {
 					continue
 				}
