@@ -550,7 +550,7 @@ func (d *opDriver) apply(taker *Order, ms []Match) {
 }
 
 func (d *opDriver) step(r *byteReader) {
-	switch op := r.byte() % 7; op {
+	switch op := r.byte() % 8; op {
 	case 0, 1:
 		d.add(d.order(r))
 	case 2:
@@ -586,6 +586,8 @@ func (d *opDriver) step(r *byteReader) {
 		if o.TimeInForce == GTC {
 			d.add(o)
 		}
+	case 7:
+		d.take(d.order(r))
 	case 4:
 		d.now = d.now.Add(time.Duration(r.byte()%16) * time.Minute)
 		d.logf("sweep %s: %v", d.now.Format(time.Kitchen), d.b.Sweep(d.now))
@@ -604,6 +606,58 @@ func (d *opDriver) step(r *byteReader) {
 			}
 		}
 	}
+}
+
+// take has o trade at once with Take, each proposal agreed, and checks
+// what it did against what was proposed.
+func (d *opDriver) take(o *Order) {
+	ms, _ := d.b.Match(o, d.now)
+	fills, err := d.b.Take(nil, o, d.now, func(m *Match) string {
+		return fmt.Sprintf("f%d", len(d.fills)+matchIndex(ms, m.OrderID))
+	})
+	d.logf("take %s: %d, %s", o.ID, len(fills), Reason(err))
+	if err != nil {
+		if errors.Is(err, ErrWouldCross) {
+			d.add(o)
+			return
+		}
+		if !errors.Is(err, ErrDuplicate) && !errors.Is(err, ErrDuplicateKey) {
+			d.t.Fatalf("Take(%+v) = %v", o, err)
+		}
+		return
+	}
+	if len(fills) != len(ms) {
+		d.t.Fatalf("Take(%s) applied %d fills, Match proposed %d", o.ID, len(fills), len(ms))
+	}
+	var took uint32
+	for k, f := range fills {
+		if f.Quantity != ms[k].Quantity || f.Price != ms[k].Price || (f.BidID != ms[k].OrderID && f.AskID != ms[k].OrderID) {
+			d.t.Fatalf("Take(%s) fill %d = %+v, proposal %+v", o.ID, k, f, ms[k])
+		}
+		d.fills = append(d.fills, f)
+		d.filled[f.BidID] += f.Quantity
+		d.filled[f.AskID] += f.Quantity
+		took += f.Quantity
+	}
+	if _, rem, ok := d.b.Lookup(o.ID); ok {
+		if o.TimeInForce != GTC || rem != o.Quantity-took {
+			d.t.Fatalf("Take(%s) rests %d of %d after %d taken", o.ID, rem, o.Quantity, took)
+		}
+		d.orders = append(d.orders, o)
+		d.qty[o.ID] = o.Quantity
+	} else if o.TimeInForce == GTC && took < o.Quantity {
+		d.t.Fatalf("Take(%s): %d of %d taken, the rest does not rest", o.ID, took, o.Quantity)
+	}
+}
+
+// matchIndex is the place in ms of the proposal against resting order id.
+func matchIndex(ms []Match, id string) int {
+	for i := range ms {
+		if ms[i].OrderID == id {
+			return i
+		}
+	}
+	return -1
 }
 
 // resolve lets every maker take what its resting orders cross, until no
