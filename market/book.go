@@ -3,6 +3,7 @@ package market
 import (
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"iter"
 	"time"
 )
@@ -48,6 +49,10 @@ func (e *DuplicateKeyError) Unwrap() error { return ErrDuplicateKey }
 // applied fill IDs, a Book remembers at most (see WithMemoryLimit).
 const DefaultMemoryLimit = 1 << 20
 
+// maxMemoryLimit bounds WithMemoryLimit: the replay memory's index holds
+// ring positions in 32 bits.
+const maxMemoryLimit = 1 << 30
+
 // fillMemory is how long a fill ID is remembered after the fill's time: any
 // order a fill touched has expired by then (MaxOrderTTL), so a replay can no
 // longer reduce a live order.
@@ -62,11 +67,12 @@ type BookOption func(*Book) error
 // WithMemoryLimit caps the dead order IDs and the applied fill IDs a book
 // remembers (each; default DefaultMemoryLimit). Both are forgotten anyway
 // once a replay could do no harm (an order at its expiry; a fill a day after
-// its time); past the cap the ones nearest to that are forgotten first.
+// its time); past the cap the oldest (first remembered) are forgotten
+// first.
 func WithMemoryLimit(n int) BookOption {
 	return func(b *Book) error {
-		if n < 1 {
-			return fmt.Errorf("market: memory limit %d, want at least 1", n)
+		if n < 1 || n > maxMemoryLimit {
+			return fmt.Errorf("market: memory limit %d, want 1..%d", n, maxMemoryLimit)
 		}
 		b.limit = n
 		return nil
@@ -85,24 +91,30 @@ func WithMemoryLimit(n int) BookOption {
 // cancelled order's ID is remembered until the order's own expiry, so a
 // gossip replay is refused (after expiry Validate refuses it); each applied
 // fill's ID until a day past its time, so a replayed fill changes nothing.
-// Both are capped by WithMemoryLimit and shed in Sweep.
+// Both are capped by WithMemoryLimit (oldest forgotten first) and are
+// forgotten in Sweep once expired. Every operation costs O(1) in the size
+// of this memory (see idtable.go), and none allocates in the steady state.
 type Book struct {
 	market, currency string
 	limit            int
+	seed             maphash.Seed
 
 	bids, asks bookSide
-	orders     map[string]*entry
+	orders     liveTable
 	keys       map[clientKey]string // live and remembered orders' client keys
-	expiry     []*entry             // min-heap by (exp, seq)
+	expiry     []expItem            // min-heap by (exp, seq); stale items are skipped
 	seq        uint64
 
-	tombs ttlMap[tomb]     // dead orders, and fills seen before their order
-	fills ttlMap[struct{}] // applied fill IDs
+	tombs memory[tomb]     // dead orders, and fills seen before their order
+	fills memory[struct{}] // applied fill IDs
 
 	last    Fill // the latest applied fill by (Time, ID)
 	hasLast bool
 
-	free []*entry
+	free    []*entry
+	sink    uint64   // what the touch loads read, kept so they are not elided
+	matches []Match  // Take's scratch
+	takes   []*entry // the entries of matches
 }
 
 type clientKey struct{ maker, key string }
@@ -113,9 +125,10 @@ type entry struct {
 	exp       int64 // o.Expires in Unix nanoseconds
 	next      *entry
 	remaining uint32
-	hidx      int // index in Book.expiry
+	h         uint64 // the ID's handle
+	tombed    bool   // the replay memory may hold a record of the ID
 	seq       uint64
-	lvl       *level
+	lvl       *level // nil once the order has left the book
 	prev      *entry
 	// The order's place in its level's list of its region (see
 	// regionindex.go).
@@ -123,6 +136,18 @@ type entry struct {
 	rnext, rprev *entry
 	o            Order
 }
+
+// expItem is a resting order's place in the expiry heap. Removing an order
+// leaves its item behind; the item is stale once its entry has left the
+// book or been reused (seq differs), and is dropped when it surfaces or the
+// heap is compacted.
+type expItem struct {
+	exp int64
+	seq uint64
+	e   *entry
+}
+
+func (it expItem) stale() bool { return it.e.lvl == nil || it.e.seq != it.seq }
 
 type level struct {
 	price      int64
@@ -169,18 +194,18 @@ func NewBook(market, currency string, opts ...BookOption) (*Book, error) {
 		market:   market,
 		currency: currency,
 		limit:    DefaultMemoryLimit,
+		seed:     maphash.MakeSeed(),
 		bids:     bookSide{side: Bid},
 		asks:     bookSide{side: Ask},
-		orders:   make(map[string]*entry),
 		keys:     make(map[clientKey]string),
-		tombs:    newTTLMap[tomb](),
-		fills:    newTTLMap[struct{}](),
 	}
 	for _, opt := range opts {
 		if err := opt(b); err != nil {
 			return nil, err
 		}
 	}
+	b.tombs = newMemory(b.limit, func(r *memRec[tomb]) { b.dropKey(r.v.maker, r.v.key, r.id) })
+	b.fills = newMemory[struct{}](b.limit, nil)
 	return b, nil
 }
 
@@ -191,14 +216,25 @@ func (b *Book) Market() string { return b.market }
 func (b *Book) Currency() string { return b.currency }
 
 // Len returns the number of resting orders.
-func (b *Book) Len() int { return len(b.orders) }
+func (b *Book) Len() int { return b.orders.n }
+
+func (b *Book) hash(id string) uint64 { return idHash(b.seed, id) }
+
+// admit checks an order once for any book operation: it names this book
+// and is valid at now.
+func (b *Book) admit(o *Order, now time.Time) error {
+	if o.Market != b.market || o.Currency != b.currency {
+		return fmt.Errorf("%w: order for %s in %s, book is %s in %s", ErrWrongBook, o.Market, o.Currency, b.market, b.currency)
+	}
+	return o.validate(now, false)
+}
 
 // Add rests an order. It validates the order against now and refuses one
 // the book holds or remembers as filled or cancelled (ErrDuplicate), a client
 // key the maker already used (*DuplicateKeyError), an immediate-or-cancel
 // order (ErrNotResting) and one for another book (ErrWrongBook). Fills seen
 // before the order arrived are deducted from it. Add never matches: a node
-// calls Match for its own orders first.
+// calls Match for its own orders first (or Take, which does both).
 //
 // The book keeps a copy of *o; slices in its Constraints are shared and must
 // not be modified afterwards.
@@ -206,63 +242,92 @@ func (b *Book) Add(o *Order, now time.Time) error {
 	if o.ID == "" {
 		return fmt.Errorf("%w: no ID", ErrOrderSchema)
 	}
-	if o.Market != b.market || o.Currency != b.currency {
-		return fmt.Errorf("%w: order for %s in %s, book is %s in %s", ErrWrongBook, o.Market, o.Currency, b.market, b.currency)
-	}
-	if err := o.validate(now); err != nil {
+	if err := b.admit(o, now); err != nil {
 		return err
 	}
 	if o.TimeInForce == IOC {
 		return ErrNotResting
 	}
-	if _, ok := b.orders[o.ID]; ok {
-		return fmt.Errorf("%w: order %s is in the book", ErrDuplicate, o.ID)
+	h := b.hash(o.ID)
+	filled, rec, err := b.prior(o, h)
+	if err != nil {
+		return err
 	}
-	var filled uint32
-	if t, _, ok := b.tombs.get(o.ID); ok {
-		if t.state != tombEarly {
-			return fmt.Errorf("%w: order %s was already filled or cancelled", ErrDuplicate, o.ID)
-		}
-		if t.side == o.Side && t.maker == o.Maker {
-			filled = t.filled
-		}
+	if err := b.keyFree(o); err != nil {
+		return err
 	}
-	ck := clientKey{o.Maker, o.ClientKey}
-	if o.ClientKey != "" {
-		if id, ok := b.keys[ck]; ok {
-			return &DuplicateKeyError{Maker: o.Maker, Key: o.ClientKey, ID: id}
-		}
-	}
-	exp := o.Expires.UnixNano()
 	if filled >= o.Quantity {
-		b.bury(o.ID, exp, tomb{state: tombFilled, side: o.Side, maker: o.Maker, key: o.ClientKey})
-		return fmt.Errorf("%w: order %s was filled before it arrived", ErrDuplicate, o.ID)
+		b.bury(o.ID, h, o.Expires.UnixNano(), false, tomb{state: tombFilled, side: o.Side, maker: o.Maker, key: o.ClientKey})
+		return ErrDuplicate
 	}
 	if filled > 0 {
-		b.tombs.del(o.ID)
+		b.tombs.del(h, o.ID)
+		rec = nil
 	}
-	if o.ClientKey != "" {
-		b.keys[ck] = o.ID
-	}
-	e := b.newEntry()
-	e.o = *o
-	e.remaining = o.Quantity - filled
-	e.seq = b.seq
-	b.seq++
-	e.exp = exp
-	b.orders[o.ID] = e
-	b.sideOf(o.Side).insert(e)
-	b.pushExpiry(e)
+	b.rest(o, h, filled, rec != nil)
 	return nil
 }
 
+// prior returns what of o (handle h) is already filled by fills seen before
+// it, and ErrDuplicate if the book holds it or remembers it as dead. rec is
+// the memory's record of o's ID, nil if it has none (expired or not).
+func (b *Book) prior(o *Order, h uint64) (filled uint32, rec *memRec[tomb], err error) {
+	if b.orders.get(h, o.ID) != nil {
+		return 0, nil, ErrDuplicate
+	}
+	rec, live := b.tombs.lookup(h, o.ID)
+	if !live {
+		return 0, rec, nil
+	}
+	if rec.v.state != tombEarly {
+		return 0, rec, ErrDuplicate
+	}
+	if rec.v.side == o.Side && rec.v.maker == o.Maker {
+		return rec.v.filled, rec, nil
+	}
+	return 0, rec, nil
+}
+
+// keyFree refuses o if its maker's client key is taken.
+func (b *Book) keyFree(o *Order) error {
+	if o.ClientKey == "" {
+		return nil
+	}
+	if id, ok := b.ClientKey(o.Maker, o.ClientKey); ok {
+		return &DuplicateKeyError{Maker: o.Maker, Key: o.ClientKey, ID: id}
+	}
+	return nil
+}
+
+// rest puts o (handle h, filled already filled) in the book. tombed says
+// the memory may hold a record of its ID.
+func (b *Book) rest(o *Order, h uint64, filled uint32, tombed bool) {
+	if o.ClientKey != "" {
+		b.keys[clientKey{o.Maker, o.ClientKey}] = o.ID
+	}
+	e := b.newEntry()
+	e.o = *o
+	e.h = h
+	e.tombed = tombed
+	e.remaining = o.Quantity - filled
+	e.seq = b.seq
+	b.seq++
+	e.exp = o.Expires.UnixNano()
+	b.orders.put(h, e)
+	b.sideOf(o.Side).insert(e)
+	b.pushExpiry(e)
+}
+
 // Cancel removes a resting order on its maker's behalf. Only maker may cancel
-// (ErrNotMaker); an order the book does not hold gives ErrNotFound. The ID
-// is remembered so a replay of the order is refused.
+// (ErrNotMaker); an order the book does not hold gives ErrNotFound (as is:
+// a cancel racing a fill is expected). The ID is remembered so a replay of
+// the order is refused.
 func (b *Book) Cancel(id, maker string) error {
-	e, ok := b.orders[id]
-	if !ok {
-		return fmt.Errorf("%w: %s", ErrNotFound, id)
+	h := b.hash(id)
+	b.sink += b.tombs.touch(h) // the tomb's line, loaded beside the order's
+	e := b.orders.get(h, id)
+	if e == nil {
+		return ErrNotFound
 	}
 	if e.o.Maker != maker {
 		return fmt.Errorf("%w: order %s", ErrNotMaker, id)
@@ -278,18 +343,31 @@ func (b *Book) Sweep(now time.Time) []string {
 	n := now.UnixNano()
 	var ids []string
 	for len(b.expiry) > 0 && b.expiry[0].exp <= n {
-		e := b.expiry[0]
+		it := b.popExpiry()
+		if it.stale() {
+			continue
+		}
+		e := it.e
 		ids = append(ids, e.o.ID)
 		if e.o.ClientKey != "" {
-			ck := clientKey{e.o.Maker, e.o.ClientKey}
-			if b.keys[ck] == e.o.ID {
-				delete(b.keys, ck)
-			}
+			b.dropKey(e.o.Maker, e.o.ClientKey, e.o.ID)
 		}
 		b.remove(e)
 	}
-	b.shed(n)
+	b.tombs.sweep(n)
+	b.fills.sweep(n)
 	return ids
+}
+
+// dropKey forgets maker's client key if it still names id.
+func (b *Book) dropKey(maker, key, id string) {
+	if key == "" {
+		return
+	}
+	ck := clientKey{maker, key}
+	if b.keys[ck] == id {
+		delete(b.keys, ck)
+	}
 }
 
 // Level is one price level of one side: its price, the GPUs resting there
@@ -341,8 +419,8 @@ func (b *Book) Spread() (spread int64, ok bool) {
 
 // Lookup returns a copy of a resting order and its remaining quantity.
 func (b *Book) Lookup(id string) (o Order, remaining uint32, ok bool) {
-	e, ok := b.orders[id]
-	if !ok {
+	e := b.orders.get(b.hash(id), id)
+	if e == nil {
 		return Order{}, 0, false
 	}
 	return e.o, e.remaining, true
@@ -352,7 +430,17 @@ func (b *Book) Lookup(id string) (o Order, remaining uint32, ok bool) {
 // remembered) under maker's client key.
 func (b *Book) ClientKey(maker, key string) (id string, ok bool) {
 	id, ok = b.keys[clientKey{maker, key}]
-	return id, ok
+	if !ok {
+		return "", false
+	}
+	h := b.hash(id)
+	if e := b.orders.get(h, id); e != nil {
+		return id, true
+	}
+	if _, ok := b.tombs.get(h, id); ok {
+		return id, true
+	}
+	return "", false // remembered past its expiry, not yet dropped
 }
 
 // Orders yields one side's resting orders in priority order with their
@@ -386,55 +474,40 @@ func (b *Book) newEntry() *entry {
 	return new(entry)
 }
 
-// remove takes e out of the book and recycles it.
+// remove takes e out of the book and recycles it (its order is left in
+// place until the entry is reused: the pool is bounded). Its expiry item
+// stays behind, stale.
 func (b *Book) remove(e *entry) {
 	b.sideOf(e.o.Side).unlink(e)
-	b.removeExpiry(e)
-	delete(b.orders, e.o.ID)
-	*e = entry{}
+	b.orders.del(e.h, e)
 	if len(b.free) < freeEntries {
 		b.free = append(b.free, e)
+	}
+	if len(b.expiry) > 2*b.orders.n+1024 {
+		b.compactExpiry()
 	}
 }
 
 // kill removes e and remembers its ID (and client key) until its expiry.
 func (b *Book) kill(e *entry, state tombState) {
-	id, exp := e.o.ID, e.exp
-	t := tomb{state: state, side: e.o.Side, maker: e.o.Maker, key: e.o.ClientKey}
+	r := b.tombs.put(e.h, e.o.ID, e.exp, !e.tombed)
+	r.v = tomb{state: state, side: e.o.Side, maker: e.o.Maker, key: e.o.ClientKey}
+	if e.o.ClientKey != "" {
+		b.keys[clientKey{e.o.Maker, e.o.ClientKey}] = e.o.ID
+	}
 	b.remove(e)
-	b.bury(id, exp, t)
 }
 
-func (b *Book) bury(id string, exp int64, t tomb) {
-	b.tombs.put(id, exp, t)
+// bury remembers a dead order (handle h) until exp; fresh says the memory
+// holds no record of it.
+func (b *Book) bury(id string, h uint64, exp int64, fresh bool, t tomb) {
+	b.tombs.put(h, id, exp, fresh).v = t
 	if t.key != "" {
 		b.keys[clientKey{t.maker, t.key}] = id
 	}
-	b.shed(minTime)
 }
 
 const minTime = -1 << 63
-
-// shed forgets tombs and fill IDs expired by now, and any over the limit.
-func (b *Book) shed(now int64) {
-	for {
-		id, t, ok := b.tombs.pop(now, b.limit)
-		if !ok {
-			break
-		}
-		if t.key != "" {
-			ck := clientKey{t.maker, t.key}
-			if b.keys[ck] == id {
-				delete(b.keys, ck)
-			}
-		}
-	}
-	for {
-		if _, _, ok := b.fills.pop(now, b.limit); !ok {
-			break
-		}
-	}
-}
 
 // insert appends e to the FIFO of its price level, creating the level.
 func (s *bookSide) insert(e *entry) {
@@ -527,30 +600,42 @@ func (s *bookSide) best() (int64, bool) {
 	return s.levels[len(s.levels)-1].price, true
 }
 
-// The expiry heap: live orders by (exp, seq).
+// The expiry heap: resting orders by (exp, seq), with stale items left
+// behind by removals.
 
-func expiresBefore(a, b *entry) bool {
+func (a expItem) before(b expItem) bool {
 	return a.exp < b.exp || (a.exp == b.exp && a.seq < b.seq)
 }
 
 func (b *Book) pushExpiry(e *entry) {
-	e.hidx = len(b.expiry)
-	b.expiry = append(b.expiry, e)
-	b.siftUp(e.hidx)
+	b.expiry = append(b.expiry, expItem{e.exp, e.seq, e})
+	b.siftUp(len(b.expiry) - 1)
 }
 
-func (b *Book) removeExpiry(e *entry) {
+func (b *Book) popExpiry() expItem {
 	h := b.expiry
-	i, last := e.hidx, len(h)-1
-	if i != last {
-		h[i] = h[last]
-		h[i].hidx = i
-	}
-	h[last] = nil
+	top, last := h[0], len(h)-1
+	h[0] = h[last]
+	h[last] = expItem{}
 	b.expiry = h[:last]
-	if i != last {
+	if last > 0 {
+		b.siftDown(0)
+	}
+	return top
+}
+
+// compactExpiry drops the stale items and restores the heap.
+func (b *Book) compactExpiry() {
+	h := b.expiry[:0]
+	for _, it := range b.expiry {
+		if !it.stale() {
+			h = append(h, it)
+		}
+	}
+	clear(b.expiry[len(h):])
+	b.expiry = h
+	for i := len(h)/2 - 1; i >= 0; i-- {
 		b.siftDown(i)
-		b.siftUp(i)
 	}
 }
 
@@ -558,11 +643,10 @@ func (b *Book) siftUp(i int) {
 	h := b.expiry
 	for i > 0 {
 		p := (i - 1) / 2
-		if !expiresBefore(h[i], h[p]) {
+		if !h[i].before(h[p]) {
 			break
 		}
 		h[i], h[p] = h[p], h[i]
-		h[i].hidx, h[p].hidx = i, p
 		i = p
 	}
 }
@@ -574,126 +658,13 @@ func (b *Book) siftDown(i int) {
 		if c >= len(h) {
 			return
 		}
-		if r := c + 1; r < len(h) && expiresBefore(h[r], h[c]) {
+		if r := c + 1; r < len(h) && h[r].before(h[c]) {
 			c = r
 		}
-		if !expiresBefore(h[c], h[i]) {
+		if !h[c].before(h[i]) {
 			return
 		}
 		h[i], h[c] = h[c], h[i]
-		h[i].hidx, h[c].hidx = i, c
-		i = c
-	}
-}
-
-// ttlMap is a map of IDs to values that forgets each at its expiry, or
-// earliest expiry first once over a limit. Deletes and overwrites leave
-// stale heap items that are skipped when they surface.
-type ttlMap[V any] struct {
-	m map[string]ttlValue[V]
-	h []ttlItem // min-heap by (exp, id)
-}
-
-type ttlValue[V any] struct {
-	exp int64
-	v   V
-}
-
-type ttlItem struct {
-	exp int64
-	id  string
-}
-
-func newTTLMap[V any]() ttlMap[V] { return ttlMap[V]{m: make(map[string]ttlValue[V])} }
-
-func (t *ttlMap[V]) get(id string) (V, int64, bool) {
-	x, ok := t.m[id]
-	return x.v, x.exp, ok
-}
-
-func (t *ttlMap[V]) put(id string, exp int64, v V) {
-	old, had := t.m[id]
-	t.m[id] = ttlValue[V]{exp, v}
-	if had && old.exp == exp {
-		return
-	}
-	if len(t.h) > 2*len(t.m)+1024 {
-		t.rebuild()
-		return
-	}
-	t.h = append(t.h, ttlItem{exp, id})
-	t.up(len(t.h) - 1)
-}
-
-func (t *ttlMap[V]) del(id string) { delete(t.m, id) }
-
-func (t *ttlMap[V]) len() int { return len(t.m) }
-
-// pop forgets and returns the earliest entry if it expired by now or the
-// map holds more than limit entries.
-func (t *ttlMap[V]) pop(now int64, limit int) (string, V, bool) {
-	for len(t.h) > 0 {
-		top := t.h[0]
-		x, ok := t.m[top.id]
-		if ok && x.exp == top.exp && top.exp > now && len(t.m) <= limit {
-			break
-		}
-		t.popTop()
-		if ok && x.exp == top.exp {
-			delete(t.m, top.id)
-			return top.id, x.v, true
-		}
-	}
-	var zero V
-	return "", zero, false
-}
-
-func (t *ttlMap[V]) rebuild() {
-	t.h = t.h[:0]
-	for id, x := range t.m {
-		t.h = append(t.h, ttlItem{x.exp, id})
-	}
-	for i := len(t.h)/2 - 1; i >= 0; i-- {
-		t.down(i)
-	}
-}
-
-func ttlLess(a, b ttlItem) bool { return a.exp < b.exp || (a.exp == b.exp && a.id < b.id) }
-
-func (t *ttlMap[V]) popTop() {
-	last := len(t.h) - 1
-	t.h[0] = t.h[last]
-	t.h[last] = ttlItem{}
-	t.h = t.h[:last]
-	if last > 0 {
-		t.down(0)
-	}
-}
-
-func (t *ttlMap[V]) up(i int) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if !ttlLess(t.h[i], t.h[p]) {
-			return
-		}
-		t.h[i], t.h[p] = t.h[p], t.h[i]
-		i = p
-	}
-}
-
-func (t *ttlMap[V]) down(i int) {
-	for {
-		c := 2*i + 1
-		if c >= len(t.h) {
-			return
-		}
-		if r := c + 1; r < len(t.h) && ttlLess(t.h[r], t.h[c]) {
-			c = r
-		}
-		if !ttlLess(t.h[c], t.h[i]) {
-			return
-		}
-		t.h[i], t.h[c] = t.h[c], t.h[i]
 		i = c
 	}
 }

@@ -3,8 +3,10 @@ package market
 import (
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -79,10 +81,8 @@ func checkBook(b *Book) error {
 					return fmt.Errorf("order %s: remaining %d of %d", e.o.ID, e.remaining, e.o.Quantity)
 				case prev != nil && prev.seq >= e.seq:
 					return fmt.Errorf("order %s: FIFO out of arrival order", e.o.ID)
-				case b.orders[e.o.ID] != e:
+				case e.h != b.hash(e.o.ID) || b.orders.get(e.h, e.o.ID) != e:
 					return fmt.Errorf("order %s: not indexed", e.o.ID)
-				case e.hidx >= len(b.expiry) || b.expiry[e.hidx] != e:
-					return fmt.Errorf("order %s: expiry heap index %d wrong", e.o.ID, e.hidx)
 				}
 				qty += uint64(e.remaining)
 				n++
@@ -97,25 +97,95 @@ func checkBook(b *Book) error {
 			total += n
 		}
 	}
-	if total != len(b.orders) || total != len(b.expiry) {
-		return fmt.Errorf("%d orders in levels, %d indexed, %d in expiry heap", total, len(b.orders), len(b.expiry))
-	}
-	for i := 1; i < len(b.expiry); i++ {
-		if expiresBefore(b.expiry[i], b.expiry[(i-1)/2]) {
-			return fmt.Errorf("expiry heap broken at %d", i)
-		}
-	}
-	for ck, id := range b.keys {
-		if e, ok := b.orders[id]; ok && e.o.ClientKey == ck.key && e.o.Maker == ck.maker {
+	slots := 0
+	for _, sl := range b.orders.slots {
+		if sl.e == nil {
 			continue
 		}
-		if t, _, ok := b.tombs.get(id); ok && t.key == ck.key && t.maker == ck.maker {
+		slots++
+		if sl.e.lvl == nil || sl.h != sl.e.h {
+			return fmt.Errorf("order table holds %q, which is not resting", sl.e.o.ID)
+		}
+	}
+	if total != b.orders.n || slots != total {
+		return fmt.Errorf("%d orders in levels, %d indexed in %d slots", total, b.orders.n, slots)
+	}
+	inHeap := map[*entry]int{}
+	for i, it := range b.expiry {
+		if i > 0 && it.before(b.expiry[(i-1)/2]) {
+			return fmt.Errorf("expiry heap broken at %d", i)
+		}
+		if !it.stale() {
+			if it.exp != it.e.exp {
+				return fmt.Errorf("order %s: expiry item at %d, expires %d", it.e.o.ID, it.exp, it.e.exp)
+			}
+			inHeap[it.e]++
+		}
+	}
+	if len(inHeap) != total {
+		return fmt.Errorf("%d orders in the expiry heap, %d resting", len(inHeap), total)
+	}
+	for e, k := range inHeap {
+		if k != 1 {
+			return fmt.Errorf("order %s in the expiry heap %d times", e.o.ID, k)
+		}
+	}
+	if len(b.expiry) > 2*total+1024 {
+		return fmt.Errorf("expiry heap of %d items for %d orders", len(b.expiry), total)
+	}
+	for ck, id := range b.keys {
+		h := b.hash(id)
+		if e := b.orders.get(h, id); e != nil && e.o.ClientKey == ck.key && e.o.Maker == ck.maker {
+			continue
+		}
+		if i, seq := b.tombs.find(h, id); i >= 0 && b.tombs.rec(seq).v.key == ck.key && b.tombs.rec(seq).v.maker == ck.maker {
 			continue
 		}
 		return fmt.Errorf("client key %q of %s names %s, which the book does not know", ck.key, ck.maker, id)
 	}
-	if b.tombs.len() > b.limit || b.fills.len() > b.limit {
-		return fmt.Errorf("memory over limit: %d tombs, %d fills, limit %d", b.tombs.len(), b.fills.len(), b.limit)
+	if err := b.tombs.check(b.seed); err != nil {
+		return fmt.Errorf("dead orders: %w", err)
+	}
+	if err := b.fills.check(b.seed); err != nil {
+		return fmt.Errorf("fills: %w", err)
+	}
+	return nil
+}
+
+// check verifies the replay memory: the ring's counts, the index holding
+// exactly the records not deleted (and stale slots), each found under its
+// own ID.
+func (m *memory[V]) check(seed maphash.Seed) error {
+	if m.live+m.gone > m.limit || uint64(m.live+m.gone) != m.tail-m.head {
+		return fmt.Errorf("%d records and %d deleted, limit %d, ring [%d, %d)", m.live, m.gone, m.limit, m.head, m.tail)
+	}
+	live, gone := 0, 0
+	for seq := m.head; seq != m.tail; seq++ {
+		rec := m.rec(seq)
+		if rec.dead {
+			gone++
+			continue
+		}
+		live++
+		if i, got := m.find(rec.h, rec.id); rec.h != idHash(seed, rec.id) || i < 0 || got != seq {
+			return fmt.Errorf("record %q not indexed", rec.id)
+		}
+	}
+	slots, used := 0, 0
+	for _, s := range m.slots {
+		if s == 0 {
+			continue
+		}
+		used++
+		if _, ok := m.seqOf(s); ok {
+			slots++
+		}
+	}
+	if live != m.live || gone != m.gone || slots != live || used != m.used {
+		return fmt.Errorf("%d live, %d deleted, %d slots of %d used; counted %d, %d, %d used", live, gone, slots, used, m.live, m.gone, m.used)
+	}
+	if m.used > 0 && 10*m.used > 7*len(m.slots)+10 {
+		return fmt.Errorf("index %d of %d slots used", m.used, len(m.slots))
 	}
 	return nil
 }
@@ -480,7 +550,7 @@ func (d *opDriver) apply(taker *Order, ms []Match) {
 }
 
 func (d *opDriver) step(r *byteReader) {
-	switch op := r.byte() % 7; op {
+	switch op := r.byte() % 8; op {
 	case 0, 1:
 		d.add(d.order(r))
 	case 2:
@@ -516,6 +586,8 @@ func (d *opDriver) step(r *byteReader) {
 		if o.TimeInForce == GTC {
 			d.add(o)
 		}
+	case 7:
+		d.take(d.order(r))
 	case 4:
 		d.now = d.now.Add(time.Duration(r.byte()%16) * time.Minute)
 		d.logf("sweep %s: %v", d.now.Format(time.Kitchen), d.b.Sweep(d.now))
@@ -534,6 +606,58 @@ func (d *opDriver) step(r *byteReader) {
 			}
 		}
 	}
+}
+
+// take has o trade at once with Take, each proposal agreed, and checks
+// what it did against what was proposed.
+func (d *opDriver) take(o *Order) {
+	ms, _ := d.b.Match(o, d.now)
+	fills, err := d.b.Take(nil, o, d.now, func(m *Match) string {
+		return fmt.Sprintf("f%d", len(d.fills)+matchIndex(ms, m.OrderID))
+	})
+	d.logf("take %s: %d, %s", o.ID, len(fills), Reason(err))
+	if err != nil {
+		if errors.Is(err, ErrWouldCross) {
+			d.add(o)
+			return
+		}
+		if !errors.Is(err, ErrDuplicate) && !errors.Is(err, ErrDuplicateKey) {
+			d.t.Fatalf("Take(%+v) = %v", o, err)
+		}
+		return
+	}
+	if len(fills) != len(ms) {
+		d.t.Fatalf("Take(%s) applied %d fills, Match proposed %d", o.ID, len(fills), len(ms))
+	}
+	var took uint32
+	for k, f := range fills {
+		if f.Quantity != ms[k].Quantity || f.Price != ms[k].Price || (f.BidID != ms[k].OrderID && f.AskID != ms[k].OrderID) {
+			d.t.Fatalf("Take(%s) fill %d = %+v, proposal %+v", o.ID, k, f, ms[k])
+		}
+		d.fills = append(d.fills, f)
+		d.filled[f.BidID] += f.Quantity
+		d.filled[f.AskID] += f.Quantity
+		took += f.Quantity
+	}
+	if _, rem, ok := d.b.Lookup(o.ID); ok {
+		if o.TimeInForce != GTC || rem != o.Quantity-took {
+			d.t.Fatalf("Take(%s) rests %d of %d after %d taken", o.ID, rem, o.Quantity, took)
+		}
+		d.orders = append(d.orders, o)
+		d.qty[o.ID] = o.Quantity
+	} else if o.TimeInForce == GTC && took < o.Quantity {
+		d.t.Fatalf("Take(%s): %d of %d taken, the rest does not rest", o.ID, took, o.Quantity)
+	}
+}
+
+// matchIndex is the place in ms of the proposal against resting order id.
+func matchIndex(ms []Match, id string) int {
+	for i := range ms {
+		if ms[i].OrderID == id {
+			return i
+		}
+	}
+	return -1
 }
 
 // resolve lets every maker take what its resting orders cross, until no
@@ -705,29 +829,6 @@ func BenchmarkMatchConstrained(b *testing.B) {
 	}
 }
 
-func BenchmarkApplyFill(b *testing.B) {
-	book, orders := deepBook(b, 10_000, 200)
-	fills := make([]Fill, b.N)
-	for i := range fills {
-		a := orders[i%len(orders)]
-		fills[i] = Fill{
-			ID: fmt.Sprintf("fill-%08d", i), Market: bookMarket, Currency: "USD",
-			BidID: fmt.Sprintf("bid-%08d", i), AskID: a.ID, Buyer: "u1", Provider: a.Maker,
-			Quantity: 1, Price: a.Price, LeaseType: Spot, Time: bookT0,
-		}
-	}
-	if b.N > 8*len(orders) {
-		b.Skip("more fills than GPUs resting")
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := range b.N {
-		if err := book.ApplyFill(fills[i]); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 // BenchmarkAddCancel is the steady state: a book of 10,000 orders where each
 // new order replaces a cancelled one.
 func BenchmarkAddCancel(b *testing.B) {
@@ -754,52 +855,103 @@ func BenchmarkAddCancel(b *testing.B) {
 	}
 }
 
-// TestTTLMap checks the expiring map against a plain model through puts,
-// overwrites, deletes, heap rebuilds and pops.
-func TestTTLMap(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 5))
-	m := newTTLMap[int]()
-	model := map[string]int64{}
-	for step := range 20_000 {
-		id := fmt.Sprintf("id%d", rng.IntN(3000))
-		switch rng.IntN(4) {
-		case 0, 1:
-			exp := int64(rng.IntN(1000))
-			m.put(id, exp, step)
-			model[id] = exp
-		case 2:
-			m.del(id)
-			delete(model, id)
-		case 3:
-			now, limit := int64(rng.IntN(50)), 1+rng.IntN(4000)
-			for {
-				got, _, ok := m.pop(now, limit)
-				if !ok {
-					break
+// TestReplayMemory checks the replay memory against a plain model (a list
+// of every record in arrival order, scanned) through puts, replacements,
+// deletes, evictions at the limit, sweeps and ring growth.
+func TestReplayMemory(t *testing.T) {
+	type rec struct {
+		id   string
+		exp  int64
+		v    int
+		dead bool
+	}
+	seed := maphash.MakeSeed()
+	for _, limit := range []int{1, 3, 64, 100, 1000} {
+		rng := rand.New(rand.NewPCG(3, uint64(limit)))
+		var dropped []string
+		m := newMemory(limit, func(r *memRec[int]) { dropped = append(dropped, r.id) })
+		var model []rec
+		swept := int64(minTime)
+		lookup := func(id string) (rec, bool) {
+			for i := len(model) - 1; i >= 0; i-- {
+				if r := model[i]; r.id == id && !r.dead {
+					return r, r.exp > swept
 				}
-				exp, in := model[got]
-				if !in {
-					t.Fatalf("step %d: pop() = %s, which is not held", step, got)
-				}
-				for other, e := range model {
-					if e < exp || (e == exp && other < got) {
-						t.Fatalf("step %d: pop() = %s (exp %d) before %s (exp %d)", step, got, exp, other, e)
+			}
+			return rec{}, false
+		}
+		for step := range 20_000 {
+			id := fmt.Sprintf("id%d", rng.IntN(3*limit+5))
+			h := idHash(seed, id)
+			switch rng.IntN(5) {
+			case 0, 1:
+				exp := int64(rng.IntN(1000))
+				fresh := true // no record of id, expired or not: put may skip looking
+				for i := range model {
+					if model[i].id == id {
+						fresh = fresh && model[i].dead
+						model[i].dead = true
 					}
 				}
-				if exp > now && len(model) <= limit {
-					t.Fatalf("step %d: pop(%d, %d) = %s (exp %d) with %d held", step, now, limit, got, exp, len(model))
+				var want []string
+				if len(model) == limit {
+					if !model[0].dead {
+						want = append(want, model[0].id)
+					}
+					model = model[1:]
 				}
-				delete(model, got)
+				model = append(model, rec{id: id, exp: exp, v: step})
+				dropped = nil
+				m.put(h, id, exp, fresh && rng.IntN(2) == 0).v = step
+				if !slices.Equal(dropped, want) {
+					t.Fatalf("limit %d step %d: put(%s) dropped %q, want %q", limit, step, id, dropped, want)
+				}
+			case 2:
+				for i := range model {
+					if model[i].id == id {
+						model[i].dead = true
+					}
+				}
+				m.del(h, id)
+			case 3:
+				now := swept
+				if now == minTime || rng.IntN(3) == 0 {
+					now = int64(rng.IntN(1000))
+				}
+				swept = max(swept, now)
+				var want []string
+				for len(model) > 0 && (model[0].dead || model[0].exp <= swept) {
+					if !model[0].dead {
+						want = append(want, model[0].id)
+					}
+					model = model[1:]
+				}
+				dropped = nil
+				m.sweep(now)
+				if !slices.Equal(dropped, want) {
+					t.Fatalf("limit %d step %d: sweep(%d) dropped %v, want %v", limit, step, now, dropped, want)
+				}
+			case 4:
+				want, wantOK := lookup(id)
+				got, ok := m.get(h, id)
+				if ok != wantOK || (ok && (got.v != want.v || got.exp != want.exp)) {
+					t.Fatalf("limit %d step %d: get(%s) = %+v, %v, want %+v, %v", limit, step, id, got, ok, want, wantOK)
+				}
 			}
-			if len(model) > limit {
-				t.Fatalf("step %d: %d held after pop, limit %d", step, len(model), limit)
+			live := 0
+			for _, r := range model {
+				if !r.dead {
+					live++
+				}
 			}
-		}
-		if m.len() != len(model) {
-			t.Fatalf("step %d: len() = %d, want %d", step, m.len(), len(model))
-		}
-		if len(m.h) > 2*len(m.m)+1025 {
-			t.Fatalf("step %d: heap of %d for %d entries", step, len(m.h), len(m.m))
+			if m.len() != live || m.live+m.gone != len(model) {
+				t.Fatalf("limit %d step %d: len() = %d of %d, want %d of %d", limit, step, m.len(), m.live+m.gone, live, len(model))
+			}
+			if step%97 == 0 {
+				if err := m.check(seed); err != nil {
+					t.Fatalf("limit %d step %d: %v", limit, step, err)
+				}
+			}
 		}
 	}
 }

@@ -78,27 +78,28 @@ func (b *Book) Match(o *Order, now time.Time) ([]Match, error) {
 
 // MatchAppend is Match appending to dst, for callers that reuse a buffer.
 func (b *Book) MatchAppend(dst []Match, o *Order, now time.Time) ([]Match, error) {
-	if o.Market != b.market || o.Currency != b.currency {
-		return dst, fmt.Errorf("%w: order for %s in %s, book is %s in %s", ErrWrongBook, o.Market, o.Currency, b.market, b.currency)
-	}
-	if err := o.validate(now); err != nil {
+	if err := b.admit(o, now); err != nil {
 		return dst, err
 	}
 	want := o.Quantity
-	if e, ok := b.orders[o.ID]; ok && o.ID != "" {
-		want = e.remaining
-	} else if t, _, ok := b.tombs.get(o.ID); ok && o.ID != "" {
-		if t.state != tombEarly {
-			return dst, fmt.Errorf("%w: order %s was already filled or cancelled", ErrDuplicate, o.ID)
-		}
-		if t.side == o.Side && t.maker == o.Maker {
-			if t.filled >= want {
-				return dst, fmt.Errorf("%w: order %s is already filled", ErrDuplicate, o.ID)
+	if o.ID != "" {
+		h := b.hash(o.ID)
+		if e := b.orders.get(h, o.ID); e != nil {
+			want = e.remaining
+		} else if rec, ok := b.tombs.get(h, o.ID); ok {
+			if rec.v.state != tombEarly {
+				return dst, ErrDuplicate
 			}
-			want -= t.filled
+			if rec.v.side == o.Side && rec.v.maker == o.Maker {
+				if rec.v.filled >= want {
+					return dst, ErrDuplicate
+				}
+				want -= rec.v.filled
+			}
 		}
 	}
-	return b.match(dst, o, want, now.UnixNano(), nil)
+	dst, _, err := b.match(dst, nil, false, o, want, now.UnixNano(), nil)
+	return dst, err
 }
 
 // crosses reports whether a taker on side at price trades with a resting
@@ -110,10 +111,11 @@ func crosses(side Side, price, resting int64) bool {
 	return price <= resting
 }
 
-// match appends o's matches for up to want GPUs. used, when not nil, holds
-// quantities of resting orders already promised to other proposals.
-func (b *Book) match(dst []Match, o *Order, want uint32, now int64, used map[*entry]uint32) ([]Match, error) {
-	start := len(dst)
+// match appends o's matches for up to want GPUs, and with track their
+// resting entries to ents. used, when not nil, holds quantities of
+// resting orders already promised to other proposals.
+func (b *Book) match(dst []Match, ents []*entry, track bool, o *Order, want uint32, now int64, used map[*entry]uint32) ([]Match, []*entry, error) {
+	start, estart := len(dst), len(ents)
 	opp := b.sideOf(o.Side.Opposite())
 	left := want
 	var cur regionCursor
@@ -148,14 +150,96 @@ func (b *Book) match(dst []Match, o *Order, want uint32, now int64, used map[*en
 			}
 			q := min(avail, left)
 			dst = append(dst, Match{OrderID: e.o.ID, Maker: e.o.Maker, Quantity: q, Price: l.price, LeaseType: ask.LeaseType})
+			if track {
+				ents = append(ents, e)
+			}
 			left -= q
 		}
 	}
 	if o.AllOrNone && left > 0 {
-		return dst[:start], nil
+		return dst[:start], ents[:estart], nil
 	}
 	if o.PostOnly && len(dst) > start {
-		return dst[:start], ErrWouldCross
+		return dst[:start], ents[:estart], ErrWouldCross
+	}
+	return dst, ents, nil
+}
+
+// Take is what a replica does with its own new order o in one pass, the
+// path of an order that trades at once: Match, then each proposal agreed
+// and applied as a fill at now, then the remainder rested (standing order)
+// or dropped (immediate-or-cancel). It validates o once and probes the
+// book's memory once for it; the book is left as Match, ApplyFill of each
+// agreed fill and Add of the remainder would leave it, except that a taker
+// filled completely (or an IOC that traded) is remembered as filled until
+// its expiry. The fills applied are appended to dst.
+//
+// agree is asked for each proposal in turn and returns the agreed fill's
+// ID (the CID of the doubly-signed fill), or "" when the maker declines
+// (the proposal is skipped and the quantity stays with the taker); it must
+// not change the book. o must carry an ID. Take refuses what Match or Add would refuse before
+// anything trades: o is invalid, for another book, resting, remembered
+// (ErrDuplicate), its client key is taken, or it is post-only and would
+// cross (ErrWouldCross). A fill ID already applied stops it there with
+// ErrDuplicate: fills applied so far stand and nothing rests.
+func (b *Book) Take(dst []Fill, o *Order, now time.Time, agree func(*Match) string) ([]Fill, error) {
+	if o.ID == "" {
+		return dst, fmt.Errorf("%w: no ID", ErrOrderSchema)
+	}
+	if err := b.admit(o, now); err != nil {
+		return dst, err
+	}
+	h := b.hash(o.ID)
+	prior, rec, err := b.prior(o, h)
+	if err != nil {
+		return dst, err
+	}
+	if prior >= o.Quantity {
+		return dst, ErrDuplicate
+	}
+	if err := b.keyFree(o); err != nil {
+		return dst, err
+	}
+	n := now.UnixNano()
+	var took uint32
+	ms, ents, err := b.match(b.matches[:0], b.takes[:0], true, o, o.Quantity-prior, n, nil)
+	b.matches, b.takes = ms, ents
+	if err != nil {
+		return dst, err
+	}
+	for k := range ms {
+		m := &ms[k]
+		id := agree(m)
+		if id == "" {
+			continue
+		}
+		f := m.Fill(o, now)
+		f.ID = id
+		if err := validateFill(&f); err != nil {
+			return dst, err
+		}
+		fh := b.hash(id)
+		// Load the fill's index line and the resting order's tomb line
+		// together: the two misses overlap.
+		b.sink += b.fills.touch(fh) + b.tombs.touch(ents[k].h)
+		if _, ok := b.fills.get(fh, id); ok {
+			return dst, ErrDuplicate
+		}
+		b.reduce(ents[k], m.Quantity)
+		b.record(fh, &f)
+		took += m.Quantity
+		dst = append(dst, f)
+	}
+	clear(ents) // drop the pointers: the entries may be recycled
+	switch filled := prior + took; {
+	case filled == o.Quantity || (o.TimeInForce == IOC && took > 0):
+		b.bury(o.ID, h, o.Expires.UnixNano(), rec == nil, tomb{state: tombFilled, side: o.Side, maker: o.Maker, key: o.ClientKey})
+	case o.TimeInForce == GTC:
+		if prior > 0 {
+			b.tombs.del(h, o.ID)
+			rec = nil
+		}
+		b.rest(o, h, filled, rec != nil)
 	}
 	return dst, nil
 }
@@ -203,12 +287,12 @@ func (b *Book) Crossing(maker string, now time.Time) []Cross {
 				if used == nil {
 					used = make(map[*entry]uint32)
 				}
-				ms, _ := b.match(nil, &e.o, e.remaining, n, used)
+				ms, ents, _ := b.match(nil, nil, true, &e.o, e.remaining, n, used)
 				if len(ms) == 0 {
 					continue
 				}
-				for _, m := range ms {
-					used[b.orders[m.OrderID]] += m.Quantity
+				for k, m := range ms {
+					used[ents[k]] += m.Quantity
 				}
 				out = append(out, Cross{OrderID: e.o.ID, Matches: ms})
 			}
@@ -238,14 +322,16 @@ func (b *Book) ApplyFill(f Fill) error {
 	if err := validateFill(&f); err != nil {
 		return err
 	}
-	if _, _, ok := b.fills.get(f.ID); ok {
-		return fmt.Errorf("%w: fill %s already applied", ErrDuplicate, f.ID)
+	fh := b.hash(f.ID)
+	if _, ok := b.fills.get(fh, f.ID); ok {
+		return ErrDuplicate
 	}
-	bid, ask := b.orders[f.BidID], b.orders[f.AskID]
-	if err := b.checkLeg(bid, f.BidID, Bid, f.Buyer, f.Quantity); err != nil {
+	bh, ah := b.hash(f.BidID), b.hash(f.AskID)
+	bid, ask := b.orders.get(bh, f.BidID), b.orders.get(ah, f.AskID)
+	if err := b.checkLeg(bid, bh, f.BidID, Bid, f.Buyer, f.Quantity); err != nil {
 		return err
 	}
-	if err := b.checkLeg(ask, f.AskID, Ask, f.Provider, f.Quantity); err != nil {
+	if err := b.checkLeg(ask, ah, f.AskID, Ask, f.Provider, f.Quantity); err != nil {
 		return err
 	}
 	if bid != nil && f.Price > bid.o.Price {
@@ -254,14 +340,19 @@ func (b *Book) ApplyFill(f Fill) error {
 	if ask != nil && (f.Price < ask.o.Price || f.LeaseType != ask.o.LeaseType) {
 		return fmt.Errorf("%w: %s at %d against ask %s, %s at %d", ErrBadFill, f.LeaseType, f.Price, f.AskID, ask.o.LeaseType, ask.o.Price)
 	}
-	b.applyLeg(bid, f.BidID, Bid, f.Buyer, &f)
-	b.applyLeg(ask, f.AskID, Ask, f.Provider, &f)
-	b.fills.put(f.ID, f.Time.UnixNano()+int64(fillMemory), struct{}{})
-	b.shed(minTime)
-	if !b.hasLast || f.Time.After(b.last.Time) || (f.Time.Equal(b.last.Time) && f.ID > b.last.ID) {
-		b.last, b.hasLast = f, true
-	}
+	b.applyLeg(bid, bh, f.BidID, Bid, f.Buyer, &f)
+	b.applyLeg(ask, ah, f.AskID, Ask, f.Provider, &f)
+	b.record(fh, &f)
 	return nil
+}
+
+// record remembers an applied fill (handle fh) and moves the spot price if
+// it is the latest.
+func (b *Book) record(fh uint64, f *Fill) {
+	b.fills.put(fh, f.ID, f.Time.UnixNano()+int64(fillMemory), false)
+	if !b.hasLast || f.Time.After(b.last.Time) || (f.Time.Equal(b.last.Time) && f.ID > b.last.ID) {
+		b.last, b.hasLast = *f, true
+	}
 }
 
 // validateFill checks a fill's own fields.
@@ -287,7 +378,7 @@ func validateFill(f *Fill) error {
 	return nil
 }
 
-func (b *Book) checkLeg(e *entry, id string, side Side, maker string, q uint32) error {
+func (b *Book) checkLeg(e *entry, h uint64, id string, side Side, maker string, q uint32) error {
 	if e != nil {
 		if e.o.Side != side || e.o.Maker != maker {
 			return fmt.Errorf("%w: order %s is %s's %s", ErrBadFill, id, e.o.Maker, e.o.Side)
@@ -297,10 +388,11 @@ func (b *Book) checkLeg(e *entry, id string, side Side, maker string, q uint32) 
 		}
 		return nil
 	}
-	t, _, ok := b.tombs.get(id)
+	rec, ok := b.tombs.get(h, id)
 	if !ok {
 		return nil
 	}
+	t := &rec.v
 	if t.side != side || t.maker != maker {
 		return fmt.Errorf("%w: order %s is %s's %s", ErrBadFill, id, t.maker, t.side)
 	}
@@ -315,25 +407,29 @@ func (b *Book) checkLeg(e *entry, id string, side Side, maker string, q uint32) 
 	return nil
 }
 
-func (b *Book) applyLeg(e *entry, id string, side Side, maker string, f *Fill) {
+func (b *Book) applyLeg(e *entry, h uint64, id string, side Side, maker string, f *Fill) {
 	if e != nil {
-		e.remaining -= f.Quantity
-		e.lvl.qty -= uint64(f.Quantity)
-		if e.remaining == 0 {
-			b.kill(e, tombFilled)
-		}
+		b.reduce(e, f.Quantity)
 		return
 	}
-	t, exp, ok := b.tombs.get(id)
-	if ok && t.state != tombEarly {
+	rec, ok := b.tombs.get(h, id)
+	if ok && rec.v.state != tombEarly {
 		return // cancelled: the print stands, the book has nothing to reduce
 	}
-	if !ok {
-		t = tomb{state: tombEarly, side: side, maker: maker}
-		exp = f.Time.UnixNano() + int64(fillMemory)
+	if ok {
+		rec.v.filled += f.Quantity
+		return
 	}
-	t.filled += f.Quantity
-	b.tombs.put(id, exp, t)
+	b.bury(id, h, f.Time.UnixNano()+int64(fillMemory), false, tomb{state: tombEarly, side: side, maker: maker, filled: f.Quantity})
+}
+
+// reduce takes q GPUs off resting order e, which leaves the book once filled.
+func (b *Book) reduce(e *entry, q uint32) {
+	e.remaining -= q
+	e.lvl.qty -= uint64(q)
+	if e.remaining == 0 {
+		b.kill(e, tombFilled)
+	}
 }
 
 // Spot returns the spot price: the price of the latest applied fill (by

@@ -2,7 +2,10 @@ package market
 
 import (
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 )
@@ -334,5 +337,220 @@ func TestMatchAllocations(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("MatchAppend allocs = %v, want 0", allocs)
+	}
+}
+
+// TestTakeMatchesSequence drives two books with the same random orders: one
+// takes with Take, the other as a node does step by step (Match, ApplyFill
+// of each agreed proposal, Add of the remainder). Fills, errors, depth,
+// priority order, spot and replay refusals must agree, and both books must
+// keep their invariants.
+func TestTakeMatchesSequence(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	makers := []string{"m0", "m1", "m2", "m3", "m4"}
+	var totalFills, declined int
+	defer func() {
+		if totalFills < 100 || declined == 0 {
+			t.Errorf("%d fills, %d declined: the sequence exercises too little", totalFills, declined)
+		}
+	}()
+	for run := range 20 {
+		one, seq := newTestBook(t), newTestBook(t)
+		var placed []*Order
+		fills := 0
+		for step := range 400 {
+			o := &Order{
+				ID: fmt.Sprintf("r%d-o%d", run, step), Maker: makers[rng.IntN(len(makers))],
+				Side: Side(1 + rng.IntN(2)), Market: bookMarket, Currency: "USD",
+				Quantity: uint32(1 + rng.IntN(6)), Price: (95 + int64(rng.IntN(11))) * 10_000,
+				LeaseType: Spot, Created: bookT0, Expires: bookT0.Add(time.Duration(1+rng.IntN(60)) * time.Minute),
+				AllOrNone: rng.IntN(6) == 0, PostOnly: rng.IntN(8) == 0,
+			}
+			if !o.PostOnly && rng.IntN(6) == 0 {
+				o.TimeInForce = IOC
+			}
+			if o.Side == Bid {
+				o.Duration = time.Hour
+				if rng.IntN(3) == 0 {
+					o.Constraints.Regions = []string{[]string{"CN-", "US-CA"}[rng.IntN(2)]}
+				}
+			} else {
+				o.MinDuration, o.MaxDuration = time.Hour, 2*time.Hour
+				o.Facts.Region = []string{"CN-GZ", "US-CA", "CN-SH"}[rng.IntN(3)]
+			}
+			if rng.IntN(5) == 0 && len(placed) > 0 {
+				v := placed[rng.IntN(len(placed))]
+				e1, e2 := one.Cancel(v.ID, v.Maker), seq.Cancel(v.ID, v.Maker)
+				if Reason(e1) != Reason(e2) {
+					t.Fatalf("run %d step %d: Cancel(%s) = %v and %v", run, step, v.ID, e1, e2)
+				}
+				continue
+			}
+			decline := rng.Uint64() // bit k: the k-th proposal's maker declines
+			var want []Fill
+			k := 0
+			agree := func(m *Match) string {
+				k++
+				if decline>>(k%64)&1 != 0 && decline%3 == 0 {
+					declined++
+					return ""
+				}
+				fills++
+				return fmt.Sprintf("f%d", fills)
+			}
+			got, err := one.Take(nil, o, bookT0, agree)
+			totalFills += len(got)
+			// The same, step by step. Fill IDs are given in the same order.
+			fills -= len(got)
+			k = 0
+			ms, merr := seq.Match(o, bookT0)
+			if Reason(merr) != Reason(err) {
+				t.Fatalf("run %d step %d: Take(%s) = %v, Match = %v", run, step, o.ID, err, merr)
+			}
+			if merr == nil {
+				for _, m := range ms {
+					id := agree(&m)
+					if id == "" {
+						continue
+					}
+					f := m.Fill(o, bookT0)
+					f.ID = id
+					if err := seq.ApplyFill(f); err != nil {
+						t.Fatalf("run %d step %d: ApplyFill(%+v) = %v", run, step, f, err)
+					}
+					want = append(want, f)
+				}
+				var took uint32
+				for _, f := range want {
+					took += f.Quantity
+				}
+				if o.TimeInForce == GTC && took < o.Quantity {
+					if err := seq.Add(o, bookT0); err != nil {
+						t.Fatalf("run %d step %d: Add(rest of %s) = %v", run, step, o.ID, err)
+					}
+					placed = append(placed, o)
+				}
+			}
+			if !reflect.DeepEqual(got, want) && (len(got) != 0 || len(want) != 0) {
+				t.Fatalf("run %d step %d: Take(%s) fills %+v, step by step %+v", run, step, o.ID, got, want)
+			}
+			b1, a1 := one.Depth(0)
+			b2, a2 := seq.Depth(0)
+			s1, ok1 := one.Spot()
+			s2, ok2 := seq.Spot()
+			if !reflect.DeepEqual(b1, b2) || !reflect.DeepEqual(a1, a2) || s1 != s2 || ok1 != ok2 || one.Len() != seq.Len() {
+				t.Fatalf("run %d step %d: after %s the books differ: %v %v %d vs %v %v %d", run, step, o.ID, b1, a1, s1, b2, a2, s2)
+			}
+			for _, side := range []Side{Bid, Ask} {
+				var l1, l2 []string
+				for o, rem := range one.Orders(side) {
+					l1 = append(l1, fmt.Sprintf("%s:%d", o.ID, rem))
+				}
+				for o, rem := range seq.Orders(side) {
+					l2 = append(l2, fmt.Sprintf("%s:%d", o.ID, rem))
+				}
+				if !slices.Equal(l1, l2) {
+					t.Fatalf("run %d step %d: %s orders %v, step by step %v", run, step, side, l1, l2)
+				}
+			}
+			// A replay is refused by both once the order traded or rested.
+			if o.TimeInForce == GTC && err == nil {
+				if e1, e2 := one.Add(o, bookT0), seq.Add(o, bookT0); e1 == nil || e2 == nil {
+					t.Fatalf("run %d step %d: replayed %s: Add = %v and %v, want both refused", run, step, o.ID, e1, e2)
+				}
+			}
+			if err := checkBook(one); err != nil {
+				t.Fatalf("run %d step %d: Take's book: %v", run, step, err)
+			}
+			if err := checkBook(seq); err != nil {
+				t.Fatalf("run %d step %d: sequential book: %v", run, step, err)
+			}
+		}
+	}
+}
+
+func TestTakeRefuses(t *testing.T) {
+	b := newTestBook(t)
+	mustAdd(t, b, testAsk("a1", "p1", 4, 2_000_000), withOrder(testBid("b1", "u1", 1, 1_000_000), func(o *Order) { o.ClientKey = "k" }))
+	n := 0
+	agree := func(*Match) string { n++; return fmt.Sprintf("f%d", n) }
+	tests := []struct {
+		name string
+		o    *Order
+		want error
+	}{
+		{"no ID", testBid("", "u2", 1, 2_000_000), ErrOrderSchema},
+		{"resting", testBid("b1", "u1", 1, 1_000_000), ErrDuplicate},
+		{"other book", withOrder(testBid("x1", "u2", 1, 2_000_000), func(o *Order) { o.Currency = "EUR" }), ErrWrongBook},
+		{"invalid", testBid("x2", "u2", 0, 2_000_000), ErrOrderQuantity},
+		{"client key taken", withOrder(testBid("x3", "u1", 1, 2_000_000), func(o *Order) { o.ClientKey = "k" }), ErrDuplicateKey},
+		{"post-only crossing", withOrder(testBid("x4", "u2", 1, 2_000_000), func(o *Order) { o.PostOnly = true }), ErrWouldCross},
+	}
+	for _, tt := range tests {
+		if fills, err := b.Take(nil, tt.o, bookT0, agree); !errors.Is(err, tt.want) || len(fills) != 0 {
+			t.Errorf("%s: Take = %d fills, %v, want none, %v", tt.name, len(fills), err, tt.want)
+		}
+	}
+	if _, rem, _ := b.Lookup("a1"); rem != 4 || n != 0 {
+		t.Fatalf("refused takes traded: a1 has %d left, %d fills agreed", rem, n)
+	}
+	// The honest take: fills the ask's 4, rests 2.
+	fills, err := b.Take(nil, testBid("t1", "u2", 6, 2_000_000), bookT0, agree)
+	if err != nil || len(fills) != 1 || fills[0].Quantity != 4 || fills[0].ID != "f1" {
+		t.Fatalf("Take(t1) = %+v, %v, want one fill of 4", fills, err)
+	}
+	if _, rem, ok := b.Lookup("t1"); rem != 2 || !ok {
+		t.Errorf("Lookup(t1) = %d, %v, want 2 resting", rem, ok)
+	}
+	if _, err := b.Take(nil, testBid("t1", "u2", 6, 2_000_000), bookT0, agree); !errors.Is(err, ErrDuplicate) {
+		t.Errorf("Take(t1 again) = %v, want %v", err, ErrDuplicate)
+	}
+	// A fill ID already applied stops the take; nothing rests.
+	mustAdd(t, b, testAsk("a2", "p2", 1, 2_000_000))
+	fills, err = b.Take(nil, testBid("t2", "u3", 3, 2_000_000), bookT0, func(*Match) string { return "f1" })
+	if !errors.Is(err, ErrDuplicate) || len(fills) != 0 {
+		t.Errorf("Take(t2 with a used fill ID) = %+v, %v, want %v", fills, err, ErrDuplicate)
+	}
+	if _, _, ok := b.Lookup("t2"); ok {
+		t.Errorf("t2 rests after its take was stopped")
+	}
+	if err := checkBook(b); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestTakeAllocations(t *testing.T) {
+	b := newTestBook(t, WithMemoryLimit(64)) // IDs are forgotten before they come round again
+	ids := make([]string, 400)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("id-%d", i)
+	}
+	buy, sell := testBid("", "u1", 2, 2_000_000), testAsk("", "p1", 2, 2_000_000)
+	fillIDs := make([]string, 400)
+	for i := range fillIDs {
+		fillIDs[i] = fmt.Sprintf("fill-%d", i)
+	}
+	i := 0
+	next := func(*Match) string { return fillIDs[i/2] }
+	dst := make([]Fill, 0, 4)
+	// Warm the book's buffers and memory, then measure.
+	var err error
+	run := func() {
+		buy.ID = ids[i%400]
+		if dst, err = b.Take(dst[:0], buy, bookT0, next); err != nil || len(dst) != 0 {
+			t.Fatalf("Take(buy %s) = %d fills, %v", buy.ID, len(dst), err)
+		}
+		i++
+		sell.ID = ids[i%400]
+		if dst, err = b.Take(dst[:0], sell, bookT0, next); err != nil || len(dst) != 1 {
+			t.Fatalf("Take(sell %s) = %d fills, %v", sell.ID, len(dst), err)
+		}
+		i++
+	}
+	for range 50 {
+		run()
+	}
+	if allocs := testing.AllocsPerRun(100, run); allocs != 0 {
+		t.Errorf("Take allocs = %v, want 0", allocs)
 	}
 }

@@ -251,12 +251,13 @@ func (o *Order) Validate(now time.Time) error {
 	if !ValidMarketKey(o.Market) {
 		return fmt.Errorf("%w: %q", ErrOrderMarket, o.Market)
 	}
-	return o.validate(now)
+	return o.validate(now, true)
 }
 
 // validate is Validate without the market key syntax check, which a Book
-// replaces by comparing with its own (already valid) key.
-func (o *Order) validate(now time.Time) error {
+// replaces by comparing with its own (already valid) key; a Book also
+// skips the currency lookup (currency false) for the same reason.
+func (o *Order) validate(now time.Time, currency bool) error {
 	switch {
 	case o.Side != Bid && o.Side != Ask:
 		return fmt.Errorf("%w: %d", ErrOrderSide, o.Side)
@@ -289,8 +290,10 @@ func (o *Order) validate(now time.Time) error {
 	case !o.Start.IsZero() && o.Start.After(o.Created.Add(MaxReserveHorizon)):
 		return fmt.Errorf("%w: %s is beyond the %s horizon", ErrOrderStart, o.Start.UTC().Format(time.RFC3339), MaxReserveHorizon)
 	}
-	if _, err := LookupCurrency(o.Currency); err != nil {
-		return err
+	if currency {
+		if _, err := LookupCurrency(o.Currency); err != nil {
+			return err
+		}
 	}
 	if o.Side == Bid {
 		return o.validateBid()

@@ -1,0 +1,364 @@
+package market
+
+import "hash/maphash"
+
+// Order and fill IDs are CID strings on the wire; inside a Book each is
+// hashed once, at the edge, to a 64-bit handle, and the book's tables are
+// open-addressing arrays of handles probed linearly. A handle only finds
+// candidates: every hit is confirmed by comparing the ID string itself, so
+// two IDs sharing a handle are still told apart. The seed is per book and
+// random, so nobody can aim IDs at one probe chain; no output of the book
+// depends on the tables' layout, so books stay deterministic.
+
+// idHash is an ID's handle.
+func idHash(seed maphash.Seed, id string) uint64 { return maphash.String(seed, id) }
+
+// liveTable indexes the resting orders by ID. Slots hold the handle and the
+// entry (nil: empty); the load stays at most one half.
+type liveTable struct {
+	slots []liveSlot
+	n     int
+}
+
+type liveSlot struct {
+	h uint64
+	e *entry
+}
+
+const minTableSlots = 64
+
+func (t *liveTable) get(h uint64, id string) *entry {
+	if t.slots == nil {
+		return nil
+	}
+	mask := uint64(len(t.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.e == nil {
+			return nil
+		}
+		if s.h == h && s.e.o.ID == id {
+			return s.e
+		}
+	}
+}
+
+// put adds e, which must not be in the table, under handle h.
+func (t *liveTable) put(h uint64, e *entry) {
+	if 2*(t.n+1) > len(t.slots) {
+		t.grow()
+	}
+	mask := uint64(len(t.slots) - 1)
+	i := h & mask
+	for t.slots[i].e != nil {
+		i = (i + 1) & mask
+	}
+	t.slots[i] = liveSlot{h, e}
+	t.n++
+}
+
+func (t *liveTable) grow() {
+	old := t.slots
+	t.slots = make([]liveSlot, max(minTableSlots, 2*len(old)))
+	mask := uint64(len(t.slots) - 1)
+	for _, s := range old {
+		if s.e == nil {
+			continue
+		}
+		i := s.h & mask
+		for t.slots[i].e != nil {
+			i = (i + 1) & mask
+		}
+		t.slots[i] = s
+	}
+}
+
+// del removes e, held under handle h.
+func (t *liveTable) del(h uint64, e *entry) {
+	mask := uint64(len(t.slots) - 1)
+	i := h & mask
+	for t.slots[i].e != e {
+		i = (i + 1) & mask
+	}
+	// Backward-shift deletion: pull each later member of the run whose
+	// home lies at or before the hole into it, so no tombstones are left.
+	for j := (i + 1) & mask; ; j = (j + 1) & mask {
+		s := t.slots[j]
+		if s.e == nil {
+			break
+		}
+		if (j-s.h)&mask >= (j-i)&mask {
+			t.slots[i] = s
+			i = j
+		}
+	}
+	t.slots[i] = liveSlot{}
+	t.n--
+}
+
+// memory is the book's replay memory of one kind of ID (dead orders, or
+// applied fills): records in a ring in arrival order, indexed by an
+// open-addressing set of handles. Each event costs O(1): a probe to look an
+// ID up; an append, and at the cap dropping the oldest record, to remember
+// one. A record is forgotten logically once its expiry is not after the
+// book's sweep time (lookups skip it) and physically when it reaches the
+// ring's head in a sweep or is dropped at the cap.
+//
+// Dropping a record costs no probe: an index slot names its record by
+// arrival number, and a slot naming a record outside the ring's window is
+// stale, as good as empty to an insert and skipped by a lookup. A cleaner
+// walks the index a few slots per insert and shifts stale slots out, so
+// they never crowd it. The ring is allocated a block at a time as it
+// fills, and nothing is copied or rehashed in the steady state.
+type memory[V any] struct {
+	limit      int
+	onDrop     func(*memRec[V]) // called with each record dropped that was not deleted
+	blocks     [][]memRec[V]    // the ring (limit records), allocated as used
+	head, tail uint64           // arrival numbers: oldest held, next
+	live, gone int              // records held and not deleted; deleted ones still in the ring
+	swept      int64            // records with exp <= swept are forgotten
+
+	// slots hold 0 (empty) or a slot word: the handle's tag (its high 32
+	// bits, top bit set) << 32 | the record's arrival number mod 2^32. The
+	// tag's low bits are the slot's home, so a slot can be moved without
+	// reading its record.
+	slots []uint64
+	used  int // slots not empty (live or stale)
+	clean int // the cleaner's position
+}
+
+type memRec[V any] struct {
+	id   string
+	h    uint64
+	exp  int64
+	v    V
+	dead bool // deleted (or replaced): kept in the ring until it reaches the head
+}
+
+const (
+	memBlockShift = 12
+	memBlock      = 1 << memBlockShift
+	// cleanPerPut is how many index slots the cleaner visits per insert:
+	// stale slots (one per dropped record) then stay under a 1/cleanPerPut
+	// share of the index.
+	cleanPerPut = 8
+)
+
+func newMemory[V any](limit int, onDrop func(*memRec[V])) memory[V] {
+	return memory[V]{limit: limit, onDrop: onDrop, swept: minTime, blocks: make([][]memRec[V], (limit+memBlock-1)/memBlock)}
+}
+
+func slotTag(h uint64) uint32 { return uint32(h>>32) | 1<<31 }
+
+// rec is the record with arrival number seq.
+func (m *memory[V]) rec(seq uint64) *memRec[V] {
+	pos := int(seq % uint64(m.limit))
+	return &m.blocks[pos>>memBlockShift][pos&(memBlock-1)]
+}
+
+// seqOf returns the arrival number slot word s names, ok false if stale.
+func (m *memory[V]) seqOf(s uint64) (uint64, bool) {
+	d := uint64(uint32(m.tail) - uint32(s))
+	return m.tail - d, d >= 1 && d <= m.tail-m.head
+}
+
+// find returns the index slot and arrival number of id's record, live or
+// expired, or slot -1.
+func (m *memory[V]) find(h uint64, id string) (int, uint64) {
+	if m.slots == nil {
+		return -1, 0
+	}
+	mask := uint64(len(m.slots) - 1)
+	tag := slotTag(h)
+	for i := uint64(tag) & mask; ; i = (i + 1) & mask {
+		s := m.slots[i]
+		if s == 0 {
+			return -1, 0
+		}
+		if uint32(s>>32) != tag {
+			continue
+		}
+		if seq, ok := m.seqOf(s); ok {
+			if r := m.rec(seq); r.h == h && r.id == id {
+				return int(i), seq
+			}
+		}
+	}
+}
+
+// get returns id's record if it is remembered.
+func (m *memory[V]) get(h uint64, id string) (*memRec[V], bool) {
+	r, live := m.lookup(h, id)
+	return r, live
+}
+
+// lookup returns id's record, nil if there is none, and whether it is
+// remembered (not expired).
+func (m *memory[V]) lookup(h uint64, id string) (*memRec[V], bool) {
+	i, seq := m.find(h, id)
+	if i < 0 {
+		return nil, false
+	}
+	r := m.rec(seq)
+	return r, r.exp > m.swept
+}
+
+// del forgets id.
+func (m *memory[V]) del(h uint64, id string) {
+	if i, seq := m.find(h, id); i >= 0 {
+		m.deleteSlot(i)
+		m.rec(seq).dead = true
+		m.live--
+		m.gone++
+	}
+}
+
+// put remembers id until exp, replacing any record of it (fresh: the
+// caller knows there is none, expired or not), and returns the record for
+// the caller to fill in. At the limit the oldest record is dropped first.
+func (m *memory[V]) put(h uint64, id string, exp int64, fresh bool) *memRec[V] {
+	if !fresh {
+		m.del(h, id)
+	}
+	if m.tail-m.head == uint64(m.limit) {
+		m.popHead()
+	}
+	pos := int(m.tail % uint64(m.limit))
+	blk := &m.blocks[pos>>memBlockShift]
+	if *blk == nil {
+		*blk = make([]memRec[V], min(memBlock, m.limit-pos))
+	}
+	r := &(*blk)[pos&(memBlock-1)]
+	r.id, r.h, r.exp = id, h, exp
+	seq := m.tail
+	m.tail++
+	m.live++
+	m.index(h, seq)
+	return r
+}
+
+// popHead drops the oldest record (its slot goes stale by itself), telling
+// onDrop unless it had been deleted.
+func (m *memory[V]) popHead() {
+	r := m.rec(m.head)
+	m.head++
+	if r.dead {
+		m.gone--
+	} else {
+		m.live--
+		if m.onDrop != nil {
+			m.onDrop(r)
+		}
+	}
+	*r = memRec[V]{}
+}
+
+// sweep forgets records that expired by now, and drops the forgotten ones
+// at the head of the ring.
+func (m *memory[V]) sweep(now int64) {
+	m.swept = max(m.swept, now)
+	for m.head != m.tail {
+		if r := m.rec(m.head); !r.dead && r.exp > m.swept {
+			return
+		}
+		m.popHead()
+	}
+}
+
+// len is the number of records held, remembered or expired but not yet
+// dropped.
+func (m *memory[V]) len() int { return m.live }
+
+// index adds the slot of record seq (handle h) in the first empty or stale
+// slot from its home, after a few steps of the cleaner.
+func (m *memory[V]) index(h uint64, seq uint64) {
+	if 2*m.live > len(m.slots) {
+		m.resize(max(64, 2*len(m.slots)))
+	} else if 10*m.used > 7*len(m.slots) {
+		m.resize(len(m.slots))
+	}
+	m.cleanSome()
+	mask := uint64(len(m.slots) - 1)
+	tag := slotTag(h)
+	i := uint64(tag) & mask
+	for {
+		s := m.slots[i]
+		if s == 0 {
+			m.used++
+			break
+		}
+		if _, ok := m.seqOf(s); !ok {
+			break
+		}
+		i = (i + 1) & mask
+	}
+	m.slots[i] = uint64(tag)<<32 | uint64(uint32(seq))
+}
+
+// cleanSome moves the cleaner over cleanPerPut slots, emptying stale ones.
+func (m *memory[V]) cleanSome() {
+	held, t32 := uint32(m.tail-m.head), uint32(m.tail)
+	for range cleanPerPut {
+		if m.clean >= len(m.slots) {
+			m.clean = 0
+		}
+		// Live: 1 <= tail-seq <= held (mod 2^32); so stale when
+		// tail-seq-1 >= held, unsigned.
+		if s := m.slots[m.clean]; s != 0 && t32-uint32(s)-1 >= held {
+			m.deleteSlot(m.clean)
+			continue // look again at what moved in
+		}
+		m.clean++
+	}
+}
+
+// touch loads the index line id's probe starts on (handle h) without
+// using it, so that a miss there overlaps the caller's other misses
+// instead of following them.
+func (m *memory[V]) touch(h uint64) uint64 {
+	if m.slots == nil {
+		return 0
+	}
+	return m.slots[uint64(slotTag(h))&uint64(len(m.slots)-1)]
+}
+
+// deleteSlot empties slot i, shifting back later slots of its run whose
+// home is at or before it, so no lookup loses its way.
+func (m *memory[V]) deleteSlot(i int) {
+	mask := len(m.slots) - 1
+	for j := (i + 1) & mask; ; j = (j + 1) & mask {
+		s := m.slots[j]
+		if s == 0 {
+			break
+		}
+		home := int(s>>32) & mask
+		if (j-home)&mask >= (j-i)&mask {
+			m.slots[i] = s
+			i = j
+		}
+	}
+	m.slots[i] = 0
+	m.used--
+}
+
+// resize rebuilds the index with n slots, leaving stale slots out.
+func (m *memory[V]) resize(n int) {
+	old := m.slots
+	m.slots = make([]uint64, n)
+	m.used, m.clean = 0, 0
+	mask := uint64(n - 1)
+	for _, s := range old {
+		if s == 0 {
+			continue
+		}
+		if _, ok := m.seqOf(s); !ok {
+			continue
+		}
+		i := (s >> 32) & mask
+		for m.slots[i] != 0 {
+			i = (i + 1) & mask
+		}
+		m.slots[i] = s
+		m.used++
+	}
+}
