@@ -2,6 +2,7 @@ package node
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
@@ -40,6 +41,9 @@ func passDetail(o market.Order, p market.PassedOver) string {
 		return fmt.Sprintf("the ask is %s; the bid wants %s", cmpOr(ask.Facts.Attestation, "unattested"), bid.Constraints.MinAttestation)
 	case market.PassRegion:
 		return fmt.Sprintf("the ask is in %s; the bid wants %v", ask.Facts.Region, bid.Constraints.Regions)
+	case market.PassStart:
+		return fmt.Sprintf("the ask's blocks start at %s; the bid's block starts at %s",
+			ask.BlockStart().UTC().Format(time.RFC3339), bid.BlockStart().UTC().Format(time.RFC3339))
 	case market.PassOwnOrder:
 		return "this node's own order: it never trades with itself"
 	case market.PassAllOrNone:
