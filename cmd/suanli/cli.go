@@ -136,6 +136,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		// help CMD [SUB] is CMD [SUB] -h.
 		name, rest = rest[1], append(append([]string{rest[1]}, rest[2:]...), "-h")
 	}
+	if name == "__complete" { // for the completion scripts (ops.go)
+		cmdComplete(e, rest[1:])
+		return 0
+	}
 	for _, c := range commands {
 		if c.name != name {
 			continue

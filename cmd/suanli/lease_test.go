@@ -94,6 +94,14 @@ func TestDaemonLease(t *testing.T) {
 	os.WriteFile(file, bad, 0o600)
 	wantExit(t, []string{"receipts", "verify", "--file", file}, 1)
 
+	// Completion offers the daemon's leases and markets.
+	if out, _ := wantExit(t, []string{"--repo", repoB, "__complete", "leases"}, 0); !strings.Contains(out, lease.ID+"\n") {
+		t.Errorf("__complete leases = %q, want %s", out, lease.ID)
+	}
+	if out, _ := wantExit(t, []string{"--repo", repoB, "__complete", "markets"}, 0); out != h100Market+"\n" {
+		t.Errorf("__complete markets = %q, want %s", out, h100Market)
+	}
+
 	// bid --wait follows the lease to its end, says why it closed, and
 	// exits non-zero when the workload failed.
 	poll(t, "a second ask to rest", func() (bool, string) {

@@ -8,12 +8,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/suanli/suanli/gpu"
+	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/client"
 	"github.com/suanli/suanli/node/devnet"
 )
@@ -197,6 +201,7 @@ func printDevnetDashboards(e *env, net *devnet.Net) {
 var subcommands = map[string][]string{
 	"lease":      {"show", "close"},
 	"receipts":   {"verify", "export"},
+	"evidence":   {"export", "verify"},
 	"settle":     {"ack"},
 	"config":     {"show", "set"},
 	"completion": {"bash", "zsh", "fish"},
@@ -272,9 +277,23 @@ _suanli() {
     COMPREPLY=($(compgen -W "%s --repo --json" -- "$cur"))
     return
   fi
+  local prev="${COMP_WORDS[COMP_CWORD-1]}"
+  case "$prev" in
+%s
+  esac
+  if [[ "$cur" != -* ]]; then
+    local kind=""
+    case "$cmd" in
+%s
+    esac
+    if [[ -n "$kind" ]]; then
+      COMPREPLY=($(compgen -W "$(suanli __complete "$kind" 2>/dev/null) $(_suanli_sub "$cmd")" -- "$cur"))
+      return
+    fi
+  fi
   local words=""
   case "$cmd" in
-`, strings.Join(names, " "))
+`, strings.Join(names, " "), bashValueCases(), bashPositionalCases())
 	for _, n := range names {
 		words := append(append([]string{}, subcommands[n]...), flagsOf[n]...)
 		fmt.Fprintf(w, "    %s) words=%q ;;\n", n, strings.Join(words, " "))
@@ -282,8 +301,114 @@ _suanli() {
 	fmt.Fprintf(w, `  esac
   COMPREPLY=($(compgen -W "$words" -- "$cur"))
 }
+_suanli_sub() {
+  case "$1" in
+%s
+  esac
+}
 complete -o default -F _suanli suanli
-`)
+`, bashSubCases())
+	return nil
+}
+
+// Values completed after a flag: fixed lists in the script, and what the
+// daemon knows (markets, leases, orders) from `suanli __complete KIND`.
+var flagValues = []struct{ flag, fixed, kind string }{
+	{"--gpu-sim", strings.Join(gpu.SimModels(), " "), ""},
+	{"--type", "spot on-demand reserved", ""},
+	{"--executor", "reserve process docker", ""},
+	{"--log-level", "debug info warn error", ""},
+	{"--sort", strings.Join(market.OfferSorts, " "), ""},
+	{"--gpu", "", "markets"},
+	{"--resell", "", "leases"},
+}
+
+// positionalKinds are what a command's first argument names.
+var positionalKinds = map[string]string{
+	"book": "markets", "trades": "markets", "logs": "leases", "lease": "leases",
+	"receipts": "leases", "cancel": "orders", "order": "orders",
+}
+
+func bashValueCases() string {
+	var b strings.Builder
+	for _, v := range flagValues {
+		if v.kind != "" {
+			fmt.Fprintf(&b, "    %s) COMPREPLY=($(compgen -W \"$(suanli __complete %s 2>/dev/null)\" -- \"$cur\")); return ;;\n", v.flag, v.kind)
+		} else {
+			fmt.Fprintf(&b, "    %s) COMPREPLY=($(compgen -W %q -- \"$cur\")); return ;;\n", v.flag, v.fixed)
+		}
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+func bashPositionalCases() string {
+	var b strings.Builder
+	for _, c := range commands {
+		if k, ok := positionalKinds[c.name]; ok {
+			fmt.Fprintf(&b, "      %s) kind=%s ;;\n", c.name, k)
+		}
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+func bashSubCases() string {
+	var b strings.Builder
+	for _, c := range commands {
+		if subs, ok := subcommands[c.name]; ok {
+			fmt.Fprintf(&b, "    %s) echo %q ;;\n", c.name, strings.Join(subs, " "))
+		}
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// cmdComplete is the hidden `suanli __complete KIND`: the values a
+// completion script offers, one a line, from the running daemon (markets
+// joined or offered, lease IDs, open order IDs). Nothing when no daemon
+// answers; it never fails loudly.
+func cmdComplete(e *env, args []string) error {
+	if len(args) != 1 {
+		return nil
+	}
+	c, err := client.Open(e.repo)
+	if err != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var out []string
+	switch args[0] {
+	case "markets":
+		if ms, err := c.Markets(ctx); err == nil {
+			for _, m := range ms {
+				out = append(out, m.Market)
+			}
+		}
+		if os, err := c.Offers(ctx, api.OfferQuery{}); err == nil {
+			for _, o := range os {
+				for _, g := range o.GPUs {
+					out = append(out, g.Market)
+				}
+			}
+		}
+	case "leases":
+		if ls, err := c.Leases(ctx); err == nil {
+			for _, l := range ls {
+				out = append(out, l.ID)
+			}
+		}
+	case "orders":
+		if os, err := c.Orders(ctx); err == nil {
+			for _, o := range os {
+				if o.Status == "resting" {
+					out = append(out, o.ID)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	for _, v := range slices.Compact(out) {
+		fmt.Fprintln(e.stdout, v)
+	}
 	return nil
 }
 
@@ -302,11 +427,25 @@ _suanli() {
     _describe 'command' cmds
     return
   fi
+  case "$words[CURRENT-1]" in
+`)
+	for _, v := range flagValues {
+		if v.kind != "" {
+			fmt.Fprintf(w, "    %s) compadd -- ${(f)\"$(suanli __complete %s 2>/dev/null)\"}; return ;;\n", v.flag, v.kind)
+		} else {
+			fmt.Fprintf(w, "    %s) compadd -- %s; return ;;\n", v.flag, v.fixed)
+		}
+	}
+	fmt.Fprintf(w, `  esac
   case "$words[2]" in
 `)
 	for _, n := range names {
 		ws := append(append([]string{}, subcommands[n]...), flagsOf[n]...)
-		fmt.Fprintf(w, "    %s) compadd -- %s ;;\n", n, strings.Join(ws, " "))
+		values := ""
+		if k, ok := positionalKinds[n]; ok {
+			values = fmt.Sprintf(` ${(f)"$(suanli __complete %s 2>/dev/null)"}`, k)
+		}
+		fmt.Fprintf(w, "    %s) compadd -- %s%s ;;\n", n, strings.Join(ws, " "), values)
 	}
 	fmt.Fprintf(w, `  esac
 }
@@ -326,9 +465,20 @@ func completionFish(w io.Writer, names []string, flagsOf map[string][]string) er
 		for _, s := range subcommands[n] {
 			fmt.Fprintf(w, "complete -c suanli -n '__fish_seen_subcommand_from %s' -a %s\n", n, s)
 		}
+		if k, ok := positionalKinds[n]; ok {
+			fmt.Fprintf(w, "complete -c suanli -n '__fish_seen_subcommand_from %s' -a '(suanli __complete %s 2>/dev/null)'\n", n, k)
+		}
 		for _, f := range flagsOf[n] {
 			if long, ok := strings.CutPrefix(f, "--"); ok {
-				fmt.Fprintf(w, "complete -c suanli -n '__fish_seen_subcommand_from %s' -l %s\n", n, long)
+				values := ""
+				for _, v := range flagValues {
+					if v.flag == f && v.kind != "" {
+						values = fmt.Sprintf(" -x -a '(suanli __complete %s 2>/dev/null)'", v.kind)
+					} else if v.flag == f {
+						values = fmt.Sprintf(" -x -a %s", fishQuote(v.fixed))
+					}
+				}
+				fmt.Fprintf(w, "complete -c suanli -n '__fish_seen_subcommand_from %s' -l %s%s\n", n, long, values)
 			} else {
 				fmt.Fprintf(w, "complete -c suanli -n '__fish_seen_subcommand_from %s' -o %s\n", n, strings.TrimPrefix(f, "-"))
 			}

@@ -124,6 +124,10 @@ func TestCompletion(t *testing.T) {
 		{"suanli daemon --gpu-si", "--gpu-sim"},
 		{"suanli --repo /tmp/r config s", "show set"},
 		{"suanli completion f", "fish"},
+		{"suanli daemon --gpu-sim dgxh", "dgxh100 dgxh200"},
+		{"suanli bid --type r", "reserved"},
+		{"suanli evidence e", "export"},
+		{"suanli offers --sort v", "vram"},
 	} {
 		prog := `source "$1"; COMP_WORDS=($2); COMP_CWORD=$((${#COMP_WORDS[@]}-1)); _suanli; echo "${COMPREPLY[*]}"`
 		out, err := exec.Command(bash, "-c", prog, "bash", f, tc.words).CombinedOutput()
