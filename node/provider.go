@@ -35,9 +35,9 @@ func (n *Node) run() {
 	}
 	n.spawn(n.sampleTelemetry)
 	n.spawn(n.replenishLoop)
-	// A publish that failed for want of peers is retried as soon as a peer
+	// A publish that failed for want of peers is retried soon after a peer
 	// is identified, not only when its backoff ends: the first offer of a
-	// provider started before its peers goes out when they come.
+	// provider started long before its peers goes out when they come.
 	peerUp := make(chan struct{}, 1)
 	if sub, err := n.host.EventBus().Subscribe(new(event.EvtPeerIdentificationCompleted)); err == nil {
 		defer sub.Close()
@@ -69,6 +69,7 @@ func (n *Node) run() {
 		}
 		failing := err != nil
 		timer := time.NewTimer(wait)
+		due := time.Now().Add(wait)
 		for waiting := true; waiting; {
 			select {
 			case <-n.ctx.Done():
@@ -79,9 +80,13 @@ func (n *Node) run() {
 			case <-n.republish: // a lease took or freed GPUs (capacity.go)
 				waiting = false
 			case <-peerUp:
-				// Once published, a new peer changes nothing.
-				if failing {
-					waiting, backoff = false, time.Second
+				// A failing publish is retried within a second of a new
+				// peer (a moment for the routing table to fill, so the
+				// record does not land on the first peer only); once
+				// published, a new peer changes nothing.
+				if failing && time.Until(due) > time.Second {
+					timer.Reset(time.Second)
+					due, backoff = time.Now().Add(time.Second), time.Second
 				}
 			}
 		}
