@@ -15,8 +15,9 @@ func TestLeaseLogCap(t *testing.T) {
 	const capBytes = 2 << 20
 	provider, buyer := startLeaseNet(t, node.WithExecutors("reserve", "process"), node.WithLogCap(capBytes))
 	ctx := marketCtx(t)
-	// 6 MiB of output, then a last line.
-	id := trade(t, ctx, provider, buyer, "4s", "sh", "-c", `head -c 6291456 /dev/zero | tr '\0' x; echo; echo END-OF-OUTPUT; sleep 30`)
+	// 6 MiB of output, then a last line; the lease ends when the command
+	// does (a loaded machine may need a while to stream it).
+	id := trade(t, ctx, provider, buyer, "120s", "sh", "-c", `head -c 6291456 /dev/zero | tr '\0' x; echo; echo END-OF-OUTPUT`)
 
 	type read struct {
 		pages, chunks int
