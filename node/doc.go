@@ -36,4 +36,15 @@
 // the node guards its own state with its own lock and holds none across a
 // network, NVML or executor call; the clock is WithClock's everywhere a
 // decision depends on time.
+//
+// Lock order, for the locks one part of the trade takes while holding
+// another (outermost first):
+//
+//	tradeMu → the books lock (exchange.Books) → ownMu, inflight.mu
+//
+// ownMu, inflight.mu and the takes' answers (answers.mu) are leaves: held,
+// they call nothing and lock nothing. The books lock is never held across
+// a store write (the price history is written after it, in filled).
+// TestOrderViewWhileFillsApply and TestInflightEndsWithItsFill hold the
+// order to this.
 package node

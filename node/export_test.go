@@ -30,3 +30,12 @@ func (n *Node) FailStoreWrites(prefix string, err error) {
 		return nil
 	})
 }
+
+// HeldGPUs is how many of the node's GPUs a lease or take holds now.
+func (n *Node) HeldGPUs() int {
+	held, err := n.store.ReservedGPUs(n.now())
+	if err != nil {
+		panic(err)
+	}
+	return len(held)
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
@@ -247,12 +248,14 @@ type Node struct {
 	books           *exchange.Books // the market replicas and their gossip (book.go)
 	offers          *exchange.Offers
 	billingInterval time.Duration
-	// tradeMu guards pending, the choice and reservation of GPUs for a
-	// trade. It is never held across the network, NVML or an executor
-	// (see handleTake).
-	tradeMu sync.Mutex
-	pending map[string]uint32 // order ID → GPUs in takes in flight, as taker or maker
-	takes   gate              // takes being answered (handleTake); Close shuts it
+	// tradeMu guards the choice and reservation of GPUs for a trade. It
+	// is never held across the network, NVML or an executor (see
+	// handleTake).
+	tradeMu  sync.Mutex
+	inflight inflight      // GPUs of own orders in takes in flight, as taker or maker
+	takeSeq  atomic.Uint64 // keys of this node's own takes in inflight
+	answers  answers       // the takes answered lately (takeanswer.go)
+	takes    gate          // takes being answered (handleTake); Close shuts it
 	// ownMu guards own, the node's own orders and what became of them. It
 	// is a leaf: taken after tradeMu and the books lock (a fill records
 	// itself here from inside the books lock), and nothing is locked or
@@ -327,8 +330,8 @@ func New(opts ...Option) (_ *Node, err error) {
 		lock: lock,
 		repo: o.repo, now: o.now, offerTTL: o.offerTTL, billingInterval: o.billing, perGPU: o.perGPU, chargeIncrement: o.chargeIncrement, schedule: o.schedule, scheduleOffset: o.scheduleOffset,
 		preemptNotice: cmpOrDuration(o.preemptNotice, market.PreemptionNotice), preemptMargin: market.DefaultPreemptMarginBP,
-		log: o.logger.With("node", filepath.Base(o.repo)),
-		own: map[string]*ownOrder{}, pending: map[string]uint32{},
+		log:       o.logger.With("node", filepath.Base(o.repo)),
+		own:       map[string]*ownOrder{},
 		republish: make(chan struct{}, 1),
 	}
 	if o.preemptMargin != nil {
