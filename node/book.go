@@ -20,7 +20,7 @@ import (
 
 // newBooks builds the node's replicas, wired to its host, pubsub, DHT,
 // metrics and hooks.
-func (n *Node) newBooks(sweepEvery time.Duration) *exchange.Books {
+func (n *Node) newBooks(sweepEvery time.Duration, maxResting int) *exchange.Books {
 	return exchange.New(exchange.Config{
 		Host:       n.host,
 		PubSub:     n.ps,
@@ -31,6 +31,7 @@ func (n *Node) newBooks(sweepEvery time.Duration) *exchange.Books {
 		Orders:     n.metrics.orders,
 		Fills:      n.metrics.fills,
 		SweepEvery: sweepEvery,
+		MaxResting: maxResting,
 		Hooks: exchange.Hooks{
 			CheckAsk:    n.askFactsOf,
 			Cancelled:   n.ownCancelled,

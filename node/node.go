@@ -73,6 +73,24 @@ type options struct {
 	// sweepEvery is how often expired orders leave the replicas; tests
 	// shorten it (export_test.go). Default exchange.DefaultSweepInterval.
 	sweepEvery time.Duration
+	// maxResting caps the other makers' orders each replica keeps
+	// (WithMaxRestingOrders).
+	maxResting int
+}
+
+// WithMaxRestingOrders caps the orders of other makers that this node's
+// replica of one market's book (in one currency) keeps resting. Past it a
+// new order gets in only in place of one it ranks ahead of, and the last
+// in priority goes (market.Evictee); this node's own orders always stay.
+// Default market.MaxRestingOrders.
+func WithMaxRestingOrders(n int) Option {
+	return func(o *options) error {
+		if n <= 0 {
+			return fmt.Errorf("max resting orders %d: want a positive number", n)
+		}
+		o.maxResting = n
+		return nil
+	}
 }
 
 // WithRepo sets the repo directory. Required.
@@ -402,10 +420,10 @@ func New(opts ...Option) (_ *Node, err error) {
 	if n.ps, err = p2p.NewPubSub(n.ctx, n.host); err != nil {
 		return nil, err
 	}
-	n.books = n.newBooks(o.sweepEvery)
+	n.books = n.newBooks(o.sweepEvery, o.maxResting)
 	n.books.Start(n.ctx)
 	p2p.HandleTakes(n.host, n.handleTake)
-	p2p.HandleSync(n.host, n.books.SyncAnswer)
+	p2p.HandleSync(n.host, n.books.AnswerSync)
 	if err := n.startLeases(o); err != nil {
 		return nil, err
 	}
