@@ -75,3 +75,69 @@ func BenchmarkEvicteeFull(b *testing.B) {
 		Evictee(bk, MaxRestingOrders-1, Bid, nil)
 	}
 }
+
+// FuzzEvictee: whatever orders a book holds, the evictee is an order it
+// holds, never a kept one, and the last in priority of its side among
+// those not kept; there is none exactly when the book is within its limit
+// or holds only kept orders.
+func FuzzEvictee(f *testing.F) {
+	f.Add([]byte{1, 10, 0, 2, 11, 1, 3, 12, 0}, uint8(2), true)
+	f.Add([]byte{1, 10, 1, 1, 10, 1, 0, 9, 0}, uint8(1), false)
+	f.Add([]byte{}, uint8(0), true)
+	f.Fuzz(func(t *testing.T, spec []byte, limit uint8, bidArrived bool) {
+		now := time.Unix(1_800_000_000, 0)
+		const mkt = "nvidia-h100-sxm5-80gb"
+		b, err := NewBook(mkt, "USD")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i+2 < len(spec) && i < 3*64; i += 3 {
+			maker := fmt.Sprint("m", spec[i]%4) // m0 is kept
+			o := &Order{ID: fmt.Sprint("o", i), Maker: maker, Market: mkt, Currency: "USD", Quantity: 1,
+				Price: 1_000 + int64(spec[i+1]%16), LeaseType: Spot, Created: now.Add(time.Duration(i) * time.Millisecond), Expires: now.Add(time.Hour)}
+			if spec[i+2]%2 == 0 {
+				o.Side, o.Duration = Bid, time.Hour
+			} else {
+				o.Side, o.MinDuration, o.MaxDuration = Ask, time.Second, time.Hour
+			}
+			if err := b.Add(o, now.Add(time.Second)); err != nil {
+				t.Fatalf("add: %v", err)
+			}
+		}
+		arrived := Ask
+		if bidArrived {
+			arrived = Bid
+		}
+		keep := func(o Order) bool { return o.Maker == "m0" }
+		v, ok := Evictee(b, int(limit), arrived, keep)
+		evictable := 0
+		for _, s := range []Side{Bid, Ask} {
+			for o := range b.Orders(s) {
+				if !keep(o) {
+					evictable++
+				}
+			}
+		}
+		if want := b.Len() > int(limit) && evictable > 0; ok != want {
+			t.Fatalf("evictee found %v, want %v (len %d, limit %d, evictable %d)", ok, want, b.Len(), limit, evictable)
+		}
+		if !ok {
+			return
+		}
+		if keep(v) {
+			t.Fatalf("evictee %s is kept", v.ID)
+		}
+		if _, _, held := b.Lookup(v.ID); !held {
+			t.Fatalf("evictee %s is not in the book", v.ID)
+		}
+		var last string
+		for o := range b.Orders(v.Side) {
+			if !keep(o) {
+				last = o.ID
+			}
+		}
+		if last != v.ID {
+			t.Fatalf("evictee %s is not the last in priority of its side (%s)", v.ID, last)
+		}
+	})
+}
