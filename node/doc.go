@@ -37,6 +37,36 @@
 // network, NVML or executor call; the clock is WithClock's everywhere a
 // decision depends on time.
 //
+// The take protocol (/suanli/trade/1.0.0, trade.go, takeanswer.go) is one
+// request and one answer on a stream: the taker sends a signed Take of
+// one resting order, the maker answers with a signed Accept (the lease's
+// terms; the pair is the Fill both gossip), a signed Reject, or for a
+// resale ask a ResaleReply. The maker's side, per take ID (the CID of the
+// signed take), is this state machine:
+//
+//	state      message                               answer, effect                                    next
+//	-          not a Take, or signer ≠ stream peer    none; rejects{take,bad-envelope}                  -
+//	-          any take while closing                 none                                              -
+//	-          take created > maxTakeAge ago or       signed Reject; rejects{take,stale}                -
+//	           > market.MaxClockSkew ahead
+//	-          a new take, taker has 64 in flight     signed Reject; rejects{take,flood}                -
+//	new        fresh take, checks fail                signed Reject; rejects{take,<why>}                rejected
+//	new        fresh take, checks pass                GPUs held, lease + answer stored once (synced),   accepted
+//	                                                  fill applied and gossiped; Accept
+//	answering  the same take                          waits for the first answer; rejects{take,replay}  (same)
+//	accepted   the same take (also after a restart)   the stored Accept; rejects{take,replay}           accepted
+//	rejected   the same take (in memory, until stale) the stored Reject; rejects{take,replay}           rejected
+//
+// Nothing but the first answer of a take holds GPUs, writes terms or makes
+// a fill. The taker's side, per take it sends: an Accept that opens as the
+// maker's, for this take ID and its terms, applies the fill and holds the
+// GPUs it chose to the lease's end (filled); a Reject signed by the maker
+// for this take ID releases them (refused); any other reply, signed by
+// another key or for another take, is refused as invalid and releases
+// them; no reply in takeTimeout leaves the trade in doubt, and the hold
+// lapses by itself a minute after the maker's window. TestHostileTakeReplay
+// and TestHostileTakeOutOfTurn drive each row against a real node.
+//
 // Lock order, for the locks one part of the trade takes while holding
 // another (outermost first):
 //

@@ -181,3 +181,118 @@ func TestHostileTakeReplay(t *testing.T) {
 		t.Errorf("after a second take: %d GPUs held, %d left on the ask; want 2 and 2", held, left)
 	}
 }
+
+// TestHostileTakeOutOfTurn sends a maker, in the take's place, every
+// message that is not a take of its own (other signed kinds, a take
+// signed by another key, garbage) and takes it must refuse (someone
+// else's or no order, a wrong price, more GPUs than the ask). None holds
+// a GPU or changes the ask; a message that is not a take gets no answer
+// and is counted bad-envelope, a take that fails the checks gets a signed
+// reject. Negative control: a well-formed take trades.
+func TestHostileTakeOutOfTurn(t *testing.T) {
+	net := startNet(t, 1, 1)
+	ctx := marketCtx(t)
+	provider := net.Providers[0]
+	ask, err := provider.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: h100, Count: 2, Price: "2.40"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const price = 2_400_000
+	r := newRawTaker(t, ctx, provider)
+	otherKey, _, _ := crypto.GenerateEd25519Key(rand.Reader)
+	otherID, _ := peer.IDFromPrivateKey(otherKey)
+	takeWith := func(key crypto.PrivKey, taker peer.ID, edit func(*proto.Take)) []byte {
+		bid := hostileBid(taker, h100, price)
+		bid.TimeInForce = proto.TimeInForce_TIME_IN_FORCE_IOC
+		tk := &proto.Take{Taker: []byte(taker), Market: h100, MakerOrderId: ask.ID, TakerOrder: sealT(t, key, bid), Quantity: 1,
+			PriceMicros: price, Currency: "USD", LeaseType: proto.LeaseType_LEASE_TYPE_SPOT, DurationS: bid.DurationS,
+			CreatedUnixMs: time.Now().UnixMilli()}
+		if edit != nil {
+			edit(tk)
+		}
+		return sealT(t, key, tk)
+	}
+	cases := []struct {
+		name   string
+		msg    func() []byte
+		answer bool   // a signed reject; else no answer at all
+		reason string // counted as rejects{kind=take,reason}, when answered
+	}{
+		{"an accept in the take's place", func() []byte {
+			return sealT(t, r.key, &proto.Accept{Maker: []byte(r.id), TakeId: "x", Lease: &proto.Lease{Id: "x"}, CreatedUnixMs: time.Now().UnixMilli()})
+		}, false, ""},
+		{"a reject in the take's place", func() []byte {
+			return sealT(t, r.key, &proto.Reject{Maker: []byte(r.id), TakeId: "x", Reason: "no"})
+		}, false, ""},
+		{"an order in the take's place", func() []byte { return sealT(t, r.key, hostileBid(r.id, h100, price)) }, false, ""},
+		{"a take signed by another key", func() []byte { return takeWith(otherKey, otherID, nil) }, false, ""},
+		{"a take naming another taker", func() []byte {
+			return takeWith(r.key, r.id, func(tk *proto.Take) { tk.Taker = []byte(otherID) })
+		}, false, ""},
+		{"garbage", func() []byte { return []byte{0xff, 0x01, 0x02} }, false, ""},
+		{"a take of no order", func() []byte {
+			return takeWith(r.key, r.id, func(tk *proto.Take) { tk.MakerOrderId = "bafkreinotanorder" })
+		}, true, "not-open"},
+		{"a take below the ask's price", func() []byte {
+			return takeWith(r.key, r.id, func(tk *proto.Take) { tk.PriceMicros = price - 1 })
+		}, true, "price"},
+		{"a take of more GPUs than the ask", func() []byte {
+			return takeWith(r.key, r.id, func(tk *proto.Take) { tk.Quantity = 3 })
+		}, true, "quantity"},
+		{"a take with another market's bid", func() []byte {
+			return takeWith(r.key, r.id, func(tk *proto.Take) {
+				bid := hostileBid(r.id, "nvidia-a100-sxm4-40gb", price)
+				tk.TakerOrder = sealT(t, r.key, bid)
+			})
+		}, true, "taker-order"},
+	}
+	before := rejectsOf(t, ctx, provider, "take")
+	unanswered := 0
+	for _, c := range cases {
+		was := rejectsOf(t, ctx, provider, "take")
+		reply, err := p2p.SendTake(ctx, r.host, provider.PeerID(), c.msg())
+		switch {
+		case c.answer && (err != nil || reply.GetReject() == nil):
+			t.Errorf("%s: %v, %v; want a signed reject", c.name, reply, err)
+		case c.answer:
+			rj, signer, err := p2p.Open[*proto.Reject](reply.GetReject(), proto.MaxBookMessageSize)
+			if err != nil || signer != provider.PeerID() {
+				t.Errorf("%s: reject does not open as the maker's: %v", c.name, err)
+			} else {
+				t.Logf("%s: refused: %s", c.name, rj.Reason)
+			}
+			if now := rejectsOf(t, ctx, provider, "take"); now[c.reason] != was[c.reason]+1 {
+				t.Errorf("%s: rejects{kind=take,reason=%q} %v → %v, want one more", c.name, c.reason, was[c.reason], now[c.reason])
+			}
+		case err == nil:
+			t.Errorf("%s: answered %v, want no answer", c.name, reply)
+		default:
+			unanswered++
+		}
+		if held, left := provider.HeldGPUs(), remaining(t, ctx, provider, ask.ID); held != 0 || left != 2 {
+			t.Fatalf("%s: %d GPUs held, %d left on the ask; want 0 and 2", c.name, held, left)
+		}
+	}
+	after := rejectsOf(t, ctx, provider, "take")
+	if got := after["bad-envelope"] - before["bad-envelope"]; got != float64(unanswered) {
+		t.Errorf("rejects{kind=take,reason=bad-envelope} rose by %v, want %d", got, unanswered)
+	}
+
+	// Negative control: a well-formed take trades.
+	if a := r.send(t, ctx, provider, takeWith(r.key, r.id, nil)); a.GetAccept() == nil {
+		t.Fatalf("a well-formed take: %v, want an accept", a)
+	}
+	if held, left := provider.HeldGPUs(), remaining(t, ctx, provider, ask.ID); held != 1 || left != 1 {
+		t.Errorf("after a well-formed take: %d GPUs held, %d left; want 1 and 1", held, left)
+	}
+}
+
+// sealT seals m with key, failing the test on error.
+func sealT[M proto.Signed](t *testing.T, key crypto.PrivKey, m M) []byte {
+	t.Helper()
+	env, err := p2p.Seal(key, m, proto.MaxBookMessageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -560,6 +561,34 @@ func (n *Node) rejectTake(from peer.ID, take *proto.Take, takeID, reason string)
 	return &proto.TradeReply{Body: &proto.TradeReply_Reject{Reject: env}}
 }
 
+// takeRefusals label, for suanli_validation_rejects_total{kind="take"},
+// why answerTake refused a take, by the start of the reason it signs.
+var takeRefusals = []struct{ has, label string }{
+	{"taker order", "taker-order"},
+	{"is not open", "not-open"},
+	{"is not mine", "not-open"},
+	{"offer", "offer"},
+	{"GPUs left", "quantity"},
+	{"take price", "price"},
+	{"order: ", "no-match"},
+	{"do not match", "no-match"},
+	{"GPU", "gpus"},
+	{"credit", ""}, // counted as credit-limit where checked
+	{"took too long", "slow"},
+	{"storing", "store"},
+}
+
+// takeRefusal is the metric label of a reason answerTake refuses a take
+// with: the first of takeRefusals it contains, else "other".
+func takeRefusal(reason string) string {
+	for _, r := range takeRefusals {
+		if strings.Contains(reason, r.has) {
+			return r.label
+		}
+	}
+	return "other"
+}
+
 // answerTake answers a fresh take of one of this node's orders, the first
 // time it comes.
 //
@@ -571,7 +600,11 @@ func (n *Node) rejectTake(from peer.ID, take *proto.Take, takeID, reason string)
 // until its fill is applied, so a concurrent take cannot overfill it.
 func (n *Node) answerTake(ctx context.Context, from peer.ID, take *proto.Take, takeEnv []byte, takeID string, received time.Time) *proto.TradeReply {
 	reject := func(format string, args ...any) *proto.TradeReply {
-		return n.rejectTake(from, take, takeID, fmt.Sprintf(format, args...))
+		reason := fmt.Sprintf(format, args...)
+		if label := takeRefusal(reason); label != "" {
+			n.metrics.rejects.WithLabelValues("take", label).Inc()
+		}
+		return n.rejectTake(from, take, takeID, reason)
 	}
 	now := received
 	to, _, err := p2p.OpenOrder(take.TakerOrder, now)
