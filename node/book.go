@@ -100,7 +100,7 @@ func (n *Node) fillLocked(ev *p2p.BookEvent, _ int64, party bool) {
 	if party {
 		n.ownFilled(*ev.Fill, ev.Lease)
 	}
-	n.inflight.done(ev.Lease.GetId()) // a no-op unless the take is this node's
+	n.inflight.Done(ev.Lease.GetId()) // a no-op unless the take is this node's
 }
 
 // filled is the rest of applying a fill: the lease when this node is a

@@ -28,6 +28,9 @@
 //     receipt chains and their verification, evidence of misbehaviour and
 //     the settlement ledger. The lease loop that meters, bills and runs a
 //     workload stays in this package and keeps what it signs there.
+//   - node/internal/trade: the take protocol's state machine: each take
+//     answered once (a replay gets the first answer), only while fresh,
+//     and the GPUs of own orders in takes in flight.
 //   - node/internal/store: the Badger datastore and every key in it;
 //     node/internal/repofile: the repo's shared files and lock;
 //     node/internal/httpapi: the local API server.
@@ -38,41 +41,18 @@
 // decision depends on time.
 //
 // The take protocol (/suanli/trade/1.0.0, trade.go, takeanswer.go) is one
-// request and one answer on a stream: the taker sends a signed Take of
-// one resting order, the maker answers with a signed Accept (the lease's
-// terms; the pair is the Fill both gossip), a signed Reject, or for a
-// resale ask a ResaleReply. The maker's side, per take ID (the CID of the
-// signed take), is this state machine:
-//
-//	state      message                               answer, effect                                    next
-//	-          not a Take, or signer ≠ stream peer    none; rejects{take,bad-envelope}                  -
-//	-          any take while closing                 none                                              -
-//	-          take created > maxTakeAge ago or       signed Reject; rejects{take,stale}                -
-//	           > market.MaxClockSkew ahead
-//	-          a new take, taker has 64 in flight     signed Reject; rejects{take,flood}                -
-//	new        fresh take, checks fail                signed Reject; rejects{take,<why>}                rejected
-//	new        fresh take, checks pass                GPUs held, lease + answer stored once (synced),   accepted
-//	                                                  fill applied and gossiped; Accept
-//	answering  the same take                          waits for the first answer; rejects{take,replay}  (same)
-//	accepted   the same take (also after a restart)   the stored Accept; rejects{take,replay}           accepted
-//	rejected   the same take (in memory, until stale) the stored Reject; rejects{take,replay}           rejected
-//
-// Nothing but the first answer of a take holds GPUs, writes terms or makes
-// a fill. The taker's side, per take it sends: an Accept that opens as the
-// maker's, for this take ID and its terms, applies the fill and holds the
-// GPUs it chose to the lease's end (filled); a Reject signed by the maker
-// for this take ID releases them (refused); any other reply, signed by
-// another key or for another take, is refused as invalid and releases
-// them; no reply in takeTimeout leaves the trade in doubt, and the hold
-// lapses by itself a minute after the maker's window. TestHostileTakeReplay
-// and TestHostileTakeOutOfTurn drive each row against a real node.
+// signed Take and one signed answer on a stream; its states, messages and
+// transitions are written down in node/internal/trade, which keeps the
+// state no peer may bend (answers given, GPUs in takes in flight).
+// TestHostileTakeReplay and TestHostileTakeOutOfTurn drive each row
+// against a real node.
 //
 // Lock order, for the locks one part of the trade takes while holding
 // another (outermost first):
 //
-//	tradeMu → the books lock (exchange.Books) → ownMu, inflight.mu
+//	tradeMu → the books lock (exchange.Books) → ownMu, trade.Inflight
 //
-// ownMu, inflight.mu and the takes' answers (answers.mu) are leaves: held,
+// ownMu, inflight's and answers' locks (package trade) are leaves: held,
 // they call nothing and lock nothing. The books lock is never held across
 // a store write (the price history is written after it, in filled).
 // TestOrderViewWhileFillsApply and TestInflightEndsWithItsFill hold the

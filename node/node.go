@@ -24,6 +24,7 @@ import (
 	"github.com/suanli/suanli/node/internal/exchange"
 	"github.com/suanli/suanli/node/internal/httpapi"
 	"github.com/suanli/suanli/node/internal/store"
+	"github.com/suanli/suanli/node/internal/trade"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -270,10 +271,10 @@ type Node struct {
 	// is never held across the network, NVML or an executor (see
 	// handleTake).
 	tradeMu  sync.Mutex
-	inflight inflight      // GPUs of own orders in takes in flight, as taker or maker
-	takeSeq  atomic.Uint64 // keys of this node's own takes in inflight
-	answers  answers       // the takes answered lately (takeanswer.go)
-	takes    gate          // takes being answered (handleTake); Close shuts it
+	inflight trade.Inflight // GPUs of own orders in takes in flight, as taker or maker
+	takeSeq  atomic.Uint64  // keys of this node's own takes in inflight
+	answers  trade.Answers  // the takes answered lately (takeanswer.go)
+	takes    gate           // takes being answered (handleTake); Close shuts it
 	// ownMu guards own, the node's own orders and what became of them. It
 	// is a leaf: taken after tradeMu and the books lock (a fill records
 	// itself here from inside the books lock), and nothing is locked or

@@ -2,8 +2,6 @@ package node
 
 import (
 	"crypto/rand"
-	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -38,57 +36,6 @@ func TestTakeFresh(t *testing.T) {
 	}
 }
 
-// TestAnswersOnce: a take claimed twice is answered once, the second
-// caller getting the first's answer; one peer keeps at most
-// maxAnswersPerPeer answers, the oldest settled going first, and with all
-// in flight it is refused, while another peer is not.
-func TestAnswersOnce(t *testing.T) {
-	var a answers
-	now := time.Unix(1_800_000_000, 0)
-	until := now.Add(time.Minute)
-	p, q := peer.ID("p"), peer.ID("q")
-	e, first, err := a.claim("t1", p, until, now)
-	if err != nil || !first {
-		t.Fatalf("first claim: first=%v err=%v", first, err)
-	}
-	again, first2, err := a.claim("t1", p, until, now)
-	if err != nil || first2 || again != e {
-		t.Fatalf("second claim: first=%v same=%v err=%v", first2, again == e, err)
-	}
-	reply := &proto.TradeReply{Body: &proto.TradeReply_Accept{Accept: []byte("acc")}}
-	done := make(chan *proto.TradeReply)
-	go func() { done <- again.wait(t.Context()) }()
-	a.settle(e, reply)
-	if got := <-done; got != reply {
-		t.Fatalf("waiting claim got %v, want the first answer", got)
-	}
-
-	for i := 2; i <= maxAnswersPerPeer; i++ {
-		if _, first, err := a.claim(fmt.Sprint("t", i), p, until, now); err != nil || !first {
-			t.Fatalf("claim %d: first=%v err=%v", i, first, err)
-		}
-	}
-	// Full: the one settled answer (t1) is forgotten for a new take.
-	if _, _, err := a.claim("new", p, until, now); err != nil {
-		t.Fatalf("claim over the cap with a settled answer: %v", err)
-	}
-	a.mu.Lock()
-	_, kept := a.byID["t1"]
-	a.mu.Unlock()
-	if kept {
-		t.Fatal("t1 still kept after being evicted")
-	}
-	if _, _, err := a.claim("more", p, until, now); !errors.Is(err, errTooManyTakes) {
-		t.Fatalf("claim with %d in flight = %v, want errTooManyTakes", maxAnswersPerPeer, err)
-	}
-	if _, first, err := a.claim("t1", q, until, now); err != nil || !first {
-		t.Fatalf("another peer's claim: first=%v err=%v", first, err)
-	}
-	if got := a.size(); got > 2*maxAnswersPerPeer {
-		t.Fatalf("%d answers kept for 2 peers", got)
-	}
-}
-
 // TestInflightEndsWithItsFill: a take's count in flight ends in the same
 // step as its fill changes the book, so a take already applied is never
 // counted twice ("order has 4 GPUs left (6 being taken)"). Before, the
@@ -111,13 +58,13 @@ func TestInflightEndsWithItsFill(t *testing.T) {
 		var rem, taking uint32
 		n.books.With(mkt, "USD", func(s *exchange.Replica) {
 			_, rem, _ = s.Book.Lookup("ask")
-			taking = n.inflight.of("ask")
+			taking = n.inflight.Of("ask")
 		})
 		return int(rem) - int(taking)
 	}
-	n.inflight.add("take-a", "ask", 2)
-	n.inflight.add("key-b", "ask", 2)
-	n.inflight.name("key-b", "take-b")
+	n.inflight.Add("take-a", "ask", 2)
+	n.inflight.Add("key-b", "ask", 2)
+	n.inflight.Name("key-b", "take-b")
 	if got := available(); got != 0 {
 		t.Fatalf("with two takes of 2 in flight, %d available, want 0", got)
 	}
@@ -131,10 +78,10 @@ func TestInflightEndsWithItsFill(t *testing.T) {
 		}
 	}
 	// The handlers' own ends come after: no-ops.
-	n.inflight.done("take-a")
-	n.inflight.done("key-b")
-	if n.inflight.len() != 0 || n.inflight.of("ask") != 0 {
-		t.Fatalf("counts left: %d takes, %d GPUs", n.inflight.len(), n.inflight.of("ask"))
+	n.inflight.Done("take-a")
+	n.inflight.Done("key-b")
+	if n.inflight.Len() != 0 || n.inflight.Of("ask") != 0 {
+		t.Fatalf("counts left: %d takes, %d GPUs", n.inflight.Len(), n.inflight.Of("ask"))
 	}
 }
 

@@ -304,7 +304,7 @@ func (n *Node) takeLoop(ctx context.Context, o *market.Order, env []byte) {
 			} else {
 				want.Quantity = o.Quantity - n.filledLocked(o.ID)
 			}
-			want.Quantity -= min(want.Quantity, n.inflight.of(o.ID))
+			want.Quantity -= min(want.Quantity, n.inflight.Of(o.ID))
 			switch {
 			case want.Quantity == 0 || !o.Expires.After(n.now()):
 			case o.AllOrNone:
@@ -334,11 +334,11 @@ func (n *Node) takeLoop(ctx context.Context, o *market.Order, env []byte) {
 			return
 		}
 		key := fmt.Sprintf("taking/%d", n.takeSeq.Add(1))
-		n.inflight.add(key, o.ID, m.Quantity)
+		n.inflight.Add(key, o.ID, m.Quantity)
 		n.tradeMu.Unlock()
 
 		_, err = n.take(ctx, o, env, *m, key)
-		n.inflight.done(key) // unless its fill ended the count already
+		n.inflight.Done(key) // unless its fill ended the count already
 		if err != nil {
 			n.log.Info("take failed; trying the next order", "maker", short(m.Maker), "order", m.OrderID, "err", err)
 			n.ownFailed(o.ID, err)
@@ -411,7 +411,7 @@ func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.M
 		}
 		if err == nil {
 			takeID = proto.CIDOf(takeEnv).String()
-			n.inflight.name(key, takeID)
+			n.inflight.Name(key, takeID)
 			if blockStart.After(now) {
 				err = n.store.ReserveBlock(take.Gpus, takeID, blockStart, blockStart.Add(time.Duration(take.DurationS)*time.Second))
 			} else {
@@ -428,7 +428,7 @@ func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.M
 			return 0, err
 		}
 		takeID = proto.CIDOf(takeEnv).String()
-		n.inflight.name(key, takeID)
+		n.inflight.Name(key, takeID)
 	}
 	// A resale's reply is checked against the ask as it was taken: the
 	// fill's gossip can remove it from the book before the reply arrives.
@@ -521,7 +521,7 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 		n.metrics.rejects.WithLabelValues("take", "stale").Inc()
 		return n.rejectTake(from, take, takeID, why)
 	}
-	e, first, err := n.answers.claim(takeID, from, created.Add(maxTakeAge), received)
+	e, first, err := n.answers.Claim(takeID, from, created.Add(maxTakeAge), received)
 	if err != nil {
 		n.metrics.rejects.WithLabelValues("take", "flood").Inc()
 		return n.rejectTake(from, take, takeID, err.Error())
@@ -530,10 +530,10 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 		// The same take again, while or after it is answered: the same
 		// answer, nothing more.
 		n.metrics.rejects.WithLabelValues("take", "replay").Inc()
-		return e.wait(ctx)
+		return e.Wait(ctx)
 	}
 	var reply *proto.TradeReply
-	defer func() { n.answers.settle(e, reply) }()
+	defer func() { n.answers.Settle(e, reply) }()
 	switch stored, err := n.storedAnswer(takeID); {
 	case err != nil:
 		reply = n.rejectTake(from, take, takeID, "reading answers: "+err.Error())
@@ -621,7 +621,7 @@ func (n *Node) answerTake(ctx context.Context, from peer.ID, take *proto.Take, t
 		var ok bool
 		n.books.With(take.Market, take.Currency, func(s *exchange.Replica) {
 			mine, remaining, ok = s.Book.Lookup(take.MakerOrderId)
-			taking = n.inflight.of(take.MakerOrderId)
+			taking = n.inflight.Of(take.MakerOrderId)
 		})
 		switch {
 		case !ok:
@@ -658,7 +658,7 @@ func (n *Node) answerTake(ctx context.Context, from peer.ID, take *proto.Take, t
 	if rej != "" {
 		return reject("%s", rej)
 	}
-	defer n.inflight.done(takeID) // unless its fill ended the count already
+	defer n.inflight.Done(takeID) // unless its fill ended the count already
 
 	if n.now().Sub(received) > acceptWindow {
 		n.unreserve(lease.Gpus, takeID, victims)
@@ -812,7 +812,7 @@ func (n *Node) reserveTake(take *proto.Take, takeID string, to *market.Order, fa
 			lease.BillingIntervalS = t
 		}
 	}
-	n.inflight.add(takeID, take.MakerOrderId, take.Quantity)
+	n.inflight.Add(takeID, take.MakerOrderId, take.Quantity)
 	return lease, victims, ""
 }
 

@@ -1,20 +1,21 @@
-package node
+package trade
 
 import "sync"
 
-// inflight counts the GPUs of this node's orders that takes not yet
+// Inflight counts the GPUs of a node's own orders that takes not yet
 // settled may still sell, as taker or maker, so that a concurrent take
-// cannot oversell an order.
+// cannot oversell an order. The zero value is ready; it is safe for
+// concurrent use.
 //
-// A take's count ends the moment its fill is applied (fillLocked, under
-// the books lock), not when the code that made the take returns: the
-// book's remaining quantity and this count change in one step, so a take
-// already applied is never counted twice ("order has 4 GPUs left (6 being
-// taken)"). Read it together with the book, inside Books.With.
+// A take's count ends the moment its fill is applied (the node calls Done
+// with the lease ID, which is the take ID, under the books lock), not when
+// the code that made the take returns: the book's remaining quantity and
+// this count change in one step, so a take already applied is never
+// counted twice ("order has 4 GPUs left (6 being taken)"). Read it
+// together with the book, under the books lock.
 //
-// Its lock is a leaf: taken after tradeMu and the books lock, and nothing
-// else is locked or called while it is held.
-type inflight struct {
+// Its lock is a leaf: nothing else is locked or called while it is held.
+type Inflight struct {
 	mu     sync.Mutex
 	orders map[string]uint32      // order ID → GPUs in takes in flight
 	takes  map[string]pendingTake // by key
@@ -27,9 +28,9 @@ type pendingTake struct {
 	take  string // its take ID, once known
 }
 
-// add counts qty GPUs of order in a take in flight under key, which done
+// Add counts qty GPUs of order in a take in flight under key, which Done
 // ends.
-func (f *inflight) add(key, order string, qty uint32) {
+func (f *Inflight) Add(key, order string, qty uint32) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.takes == nil {
@@ -42,8 +43,8 @@ func (f *inflight) add(key, order string, qty uint32) {
 	f.orders[order] += qty
 }
 
-// name tells the take's ID, once known: its fill ends the count too.
-func (f *inflight) name(key, takeID string) {
+// Name tells the take's ID, once known: its fill ends the count too.
+func (f *Inflight) Name(key, takeID string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if p, ok := f.takes[key]; ok && key != takeID {
@@ -53,9 +54,9 @@ func (f *inflight) name(key, takeID string) {
 	}
 }
 
-// done ends the count of the take under key or take ID id; a count
+// Done ends the count of the take under key or take ID id; a count
 // already ended is left alone.
-func (f *inflight) done(id string) {
+func (f *Inflight) Done(id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	key := id
@@ -75,15 +76,15 @@ func (f *inflight) done(id string) {
 	}
 }
 
-// of is how many GPUs of order are in takes in flight.
-func (f *inflight) of(order string) uint32 {
+// Of is how many GPUs of order are in takes in flight.
+func (f *Inflight) Of(order string) uint32 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.orders[order]
 }
 
-// len is how many takes are counted, for tests.
-func (f *inflight) len() int {
+// Len is how many takes are counted.
+func (f *Inflight) Len() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.takes)
