@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"crypto/rand"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -295,4 +296,66 @@ func sealT[M proto.Signed](t *testing.T, key crypto.PrivKey, m M) []byte {
 		t.Fatal(err)
 	}
 	return env
+}
+
+// TestHostileTakeReplayAfterRestart: a take accepted before the maker
+// restarts gets the same accept after it, from the maker's store, and
+// holds nothing more: the lease's terms stay as first agreed. Negative
+// control: the first take held its GPU, and still does.
+func TestHostileTakeReplayAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	ctx := marketCtx(t)
+	relay, err := node.New(node.WithRepo(filepath.Join(dir, "relay")), node.WithAutoInit(), node.WithListen("/ip4/127.0.0.1/tcp/0"),
+		node.WithAPI(""), node.WithLogger(quiet), node.WithoutGPU())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { relay.Close() })
+	opts := []node.Option{
+		node.WithRepo(filepath.Join(dir, "provider")), node.WithAutoInit(), node.WithListen("/ip4/127.0.0.1/tcp/0"),
+		node.WithAPI("127.0.0.1:0"), node.WithLogger(quiet), node.WithGPUSim("dgxh100", 1), node.WithRegion("CN-GZ"),
+		node.WithPrice("2.40", "USD"), node.WithBootstrap(relay.Addrs()...),
+	}
+	start := func() *node.Node {
+		p, err := node.New(opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, ctx, "the provider's offer published", func() (bool, string) { return p.Published() != nil, "" })
+		return p
+	}
+	provider := start()
+	ask, err := provider.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: h100, Count: 2, Price: "2.40"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRawTaker(t, ctx, provider)
+	take := r.take(t, ask.ID, 1, 2_400_000, time.Now())
+	first := r.send(t, ctx, provider, take)
+	if first.GetAccept() == nil {
+		t.Fatalf("first take: %v, want an accept", first)
+	}
+	if held := provider.HeldGPUs(); held != 1 {
+		t.Fatalf("after one take of 1 GPU: %d held, want 1", held)
+	}
+	if err := provider.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	provider = start()
+	t.Cleanup(func() { provider.Close() })
+	if err := r.host.Connect(ctx, peer.AddrInfo{ID: provider.PeerID(), Addrs: provider.Host().Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	before := rejectsOf(t, ctx, provider, "take")
+	again := r.send(t, ctx, provider, take)
+	if !gproto.Equal(again, first) {
+		t.Errorf("replay after a restart answered %v, want the first accept again", again)
+	}
+	if held := provider.HeldGPUs(); held != 1 {
+		t.Errorf("after a replay across a restart: %d GPUs held, want 1", held)
+	}
+	if got := rejectsOf(t, ctx, provider, "take")["replay"] - before["replay"]; got != 1 {
+		t.Errorf("rejects{kind=take,reason=replay} rose by %v, want 1", got)
+	}
 }
