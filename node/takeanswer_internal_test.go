@@ -2,6 +2,10 @@ package node
 
 import (
 	"crypto/rand"
+	"io"
+	"log/slog"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +15,7 @@ import (
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/internal/exchange"
+	"github.com/suanli/suanli/node/internal/store"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -109,5 +114,41 @@ func TestTakeAfterCloseDoesNothing(t *testing.T) {
 	n.takes.close()
 	if reply := n.handleTake(t.Context(), id, env); reply != nil {
 		t.Fatalf("a take after Close was answered: %v", reply)
+	}
+}
+
+// TestFillWritesHistoryOnce: applying a fill writes its price history
+// point once, after the books lock (it was written twice, once under it).
+func TestFillWritesHistoryOnce(t *testing.T) {
+	const mkt = "nvidia-h100-sxm5-80gb"
+	st, err := store.Open(t.TempDir(), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var writes, locked atomic.Int32
+	n := &Node{own: map[string]*ownOrder{}, now: time.Now, store: st, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	n.books = exchange.New(exchange.Config{Hooks: exchange.Hooks{
+		FillLocked: func(ev *p2p.BookEvent, index int64, party bool) {
+			locked.Store(1)
+			defer locked.Store(0)
+			n.fillLocked(ev, index, party)
+		},
+		Filled: n.filled,
+	}})
+	st.FailWrites(func(k []byte) error {
+		if strings.HasPrefix(string(k), "hist/") {
+			writes.Add(1)
+			if locked.Load() != 0 {
+				t.Error("price history written under the books lock")
+			}
+		}
+		return nil
+	})
+	f := market.Fill{ID: "fill-1", Market: mkt, Currency: "USD", BidID: "bid-1", AskID: "ask-1",
+		Buyer: "buyer", Provider: "provider", Quantity: 1, Price: 1_000_000, LeaseType: market.Spot, Time: time.Now()}
+	n.books.ApplyFill(&p2p.BookEvent{Kind: p2p.KindFill, Fill: &f, Lease: &proto.Lease{Id: "take-1"}, Raw: &proto.Fill{}})
+	if got := writes.Load(); got != 1 {
+		t.Fatalf("one fill wrote %d price history points, want 1", got)
 	}
 }
