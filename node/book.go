@@ -20,7 +20,7 @@ import (
 
 // newBooks builds the node's replicas, wired to its host, pubsub, DHT,
 // metrics and hooks.
-func (n *Node) newBooks(sweepEvery time.Duration) *exchange.Books {
+func (n *Node) newBooks(sweepEvery time.Duration, maxResting int) *exchange.Books {
 	return exchange.New(exchange.Config{
 		Host:       n.host,
 		PubSub:     n.ps,
@@ -31,6 +31,7 @@ func (n *Node) newBooks(sweepEvery time.Duration) *exchange.Books {
 		Orders:     n.metrics.orders,
 		Fills:      n.metrics.fills,
 		SweepEvery: sweepEvery,
+		MaxResting: maxResting,
 		Hooks: exchange.Hooks{
 			CheckAsk:    n.askFactsOf,
 			Cancelled:   n.ownCancelled,
@@ -92,14 +93,17 @@ func (n *Node) offerOf(ctx context.Context, p peer.ID, minSeq uint64) (*proto.Of
 	return n.offers.Of(ctx, p, minSeq)
 }
 
-// fillLocked records a fill under the books lock: its price history, and
-// the node's own orders when it is a party, so that whoever sees the
-// replica change also sees the node's order record it.
-func (n *Node) fillLocked(ev *p2p.BookEvent, index int64, party bool) {
-	n.recordHistory(*ev.Fill, index)
+// fillLocked records a fill of this node's under the books lock: the
+// node's own orders, so that whoever sees the replica change also sees
+// the node's order record it, and the end of the take's count in flight,
+// in the same step as the book's remaining quantity changes (inflight).
+// No store write happens here: the price history is written once, after
+// the lock (filled).
+func (n *Node) fillLocked(ev *p2p.BookEvent, _ int64, party bool) {
 	if party {
 		n.ownFilled(*ev.Fill, ev.Lease)
 	}
+	n.inflight.Done(ev.Lease.GetId()) // a no-op unless the take is this node's
 }
 
 // filled is the rest of applying a fill: the lease when this node is a

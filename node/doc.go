@@ -28,6 +28,9 @@
 //     receipt chains and their verification, evidence of misbehaviour and
 //     the settlement ledger. The lease loop that meters, bills and runs a
 //     workload stays in this package and keeps what it signs there.
+//   - node/internal/trade: the take protocol's state machine: each take
+//     answered once (a replay gets the first answer), only while fresh,
+//     and the GPUs of own orders in takes in flight.
 //   - node/internal/store: the Badger datastore and every key in it;
 //     node/internal/repofile: the repo's shared files and lock;
 //     node/internal/httpapi: the local API server.
@@ -36,4 +39,22 @@
 // the node guards its own state with its own lock and holds none across a
 // network, NVML or executor call; the clock is WithClock's everywhere a
 // decision depends on time.
+//
+// The take protocol (/suanli/trade/1.0.0, trade.go, takeanswer.go) is one
+// signed Take and one signed answer on a stream; its states, messages and
+// transitions are written down in node/internal/trade, which keeps the
+// state no peer may bend (answers given, GPUs in takes in flight).
+// TestHostileTakeReplay and TestHostileTakeOutOfTurn drive each row
+// against a real node.
+//
+// Lock order, for the locks one part of the trade takes while holding
+// another (outermost first):
+//
+//	tradeMu → the books lock (exchange.Books) → ownMu, trade.Inflight
+//
+// ownMu, inflight's and answers' locks (package trade) are leaves: held,
+// they call nothing and lock nothing. The books lock is never held across
+// a store write (the price history is written after it, in filled).
+// TestOrderViewWhileFillsApply and TestInflightEndsWithItsFill hold the
+// order to this.
 package node

@@ -33,3 +33,12 @@ func (n *Node) FailStoreWrites(prefix string, err error) {
 
 // JoinedMarkets lists the markets whose topics this node joined.
 func (n *Node) JoinedMarkets() []string { return n.books.Markets() }
+
+// HeldGPUs is how many of the node's GPUs a lease or take holds now.
+func (n *Node) HeldGPUs() int {
+	held, err := n.store.ReservedGPUs(n.now())
+	if err != nil {
+		panic(err)
+	}
+	return len(held)
+}

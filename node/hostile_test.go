@@ -17,6 +17,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/internal/exchange"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -138,7 +139,9 @@ func bookRejects(t *testing.T, ctx context.Context, n *node.Node) map[string]flo
 // TestHostileGossip: a raw libp2p peer publishes garbage, an order signed
 // by one key naming another maker, and an order for another market on a
 // node's book topic. The node's validator rejects each, counting the reason
-// in /metrics, and none of them reaches its book; a well-formed bid from a
+// in /metrics, and none of them reaches its book (an order well signed by
+// its maker but published by another peer included: a publisher cannot
+// speak for keys it makes up); a well-formed bid from a
 // raw peer is accepted (so the test can tell a deaf node from a careful one).
 //
 // Each hostile message comes from its own fresh peer: gossipsub scoring
@@ -172,6 +175,9 @@ func TestHostileGossip(t *testing.T) {
 		{"sealed by A, naming maker B", "wrong-signer", func(h *hostile) []byte {
 			return orderMessage(t, h.key, hostileBid(idB, h100, 1_110_000))
 		}},
+		{"sealed by B, naming maker B, published by A", "not-author", func(*hostile) []byte {
+			return orderMessage(t, keyB, hostileBid(idB, h100, 1_150_000))
+		}},
 		{"order for another market", "wrong-topic", func(h *hostile) []byte {
 			return orderMessage(t, h.key, hostileBid(h.id, other, 1_220_000))
 		}},
@@ -183,7 +189,11 @@ func TestHostileGossip(t *testing.T) {
 		h := newHostile(t, ctx, target, h100)
 		data := c.data(h)
 		// The node's validator must see it exactly as the label says.
-		if _, err := p2p.DecodeBook(data, h100, time.Now()); p2p.BookReason(err) != c.reason {
+		if ev, err := p2p.DecodeBook(data, h100, time.Now()); c.reason == "not-author" {
+			if err != nil || exchange.AuthoredBy(ev, h.id) {
+				t.Fatalf("%s: DecodeBook gives %v, authored by the publisher: %v", c.name, err, err == nil && exchange.AuthoredBy(ev, h.id))
+			}
+		} else if p2p.BookReason(err) != c.reason {
 			t.Fatalf("%s: DecodeBook gives %v (%q), want reason %q", c.name, err, p2p.BookReason(err), c.reason)
 		}
 		if err := h.topic.Publish(ctx, data); err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
@@ -23,6 +24,7 @@ import (
 	"github.com/suanli/suanli/node/internal/exchange"
 	"github.com/suanli/suanli/node/internal/httpapi"
 	"github.com/suanli/suanli/node/internal/store"
+	"github.com/suanli/suanli/node/internal/trade"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -73,6 +75,24 @@ type options struct {
 	// shorten it (export_test.go). Default exchange.DefaultSweepInterval.
 	sweepEvery time.Duration
 	logCap     int64 // see WithLogCap
+	// maxResting caps the other makers' orders each replica keeps
+	// (WithMaxRestingOrders).
+	maxResting int
+}
+
+// WithMaxRestingOrders caps the orders of other makers that this node's
+// replica of one market's book (in one currency) keeps resting. Past it a
+// new order gets in only in place of one it ranks ahead of, and the last
+// in priority goes (market.Evictee); this node's own orders always stay.
+// Default market.MaxRestingOrders.
+func WithMaxRestingOrders(n int) Option {
+	return func(o *options) error {
+		if n <= 0 {
+			return fmt.Errorf("max resting orders %d: want a positive number", n)
+		}
+		o.maxResting = n
+		return nil
+	}
 }
 
 // WithRepo sets the repo directory. Required.
@@ -248,12 +268,14 @@ type Node struct {
 	books           *exchange.Books // the market replicas and their gossip (book.go)
 	offers          *exchange.Offers
 	billingInterval time.Duration
-	// tradeMu guards pending, the choice and reservation of GPUs for a
-	// trade. It is never held across the network, NVML or an executor
-	// (see handleTake).
-	tradeMu sync.Mutex
-	pending map[string]uint32 // order ID → GPUs in takes in flight, as taker or maker
-	takes   gate              // takes being answered (handleTake); Close shuts it
+	// tradeMu guards the choice and reservation of GPUs for a trade. It
+	// is never held across the network, NVML or an executor (see
+	// handleTake).
+	tradeMu  sync.Mutex
+	inflight trade.Inflight // GPUs of own orders in takes in flight, as taker or maker
+	takeSeq  atomic.Uint64  // keys of this node's own takes in inflight
+	answers  trade.Answers  // the takes answered lately (takeanswer.go)
+	takes    gate           // takes being answered (handleTake); Close shuts it
 	// ownMu guards own, the node's own orders and what became of them. It
 	// is a leaf: taken after tradeMu and the books lock (a fill records
 	// itself here from inside the books lock), and nothing is locked or
@@ -329,8 +351,8 @@ func New(opts ...Option) (_ *Node, err error) {
 		lock: lock,
 		repo: o.repo, now: o.now, offerTTL: o.offerTTL, billingInterval: o.billing, perGPU: o.perGPU, chargeIncrement: o.chargeIncrement, schedule: o.schedule, scheduleOffset: o.scheduleOffset,
 		preemptNotice: cmpOrDuration(o.preemptNotice, market.PreemptionNotice), preemptMargin: market.DefaultPreemptMarginBP,
-		log: o.logger.With("node", filepath.Base(o.repo)),
-		own: map[string]*ownOrder{}, pending: map[string]uint32{},
+		log:       o.logger.With("node", filepath.Base(o.repo)),
+		own:       map[string]*ownOrder{},
 		republish: make(chan struct{}, 1),
 		logs:      leaseLogs{limit: o.logCap, used: map[string]int64{}},
 	}
@@ -402,10 +424,10 @@ func New(opts ...Option) (_ *Node, err error) {
 	if n.ps, err = p2p.NewPubSub(n.ctx, n.host); err != nil {
 		return nil, err
 	}
-	n.books = n.newBooks(o.sweepEvery)
+	n.books = n.newBooks(o.sweepEvery, o.maxResting)
 	n.books.Start(n.ctx)
 	p2p.HandleTakes(n.host, n.handleTake)
-	p2p.HandleSync(n.host, n.books.SyncAnswer)
+	p2p.HandleSync(n.host, n.books.AnswerSync)
 	if err := n.startLeases(o); err != nil {
 		return nil, err
 	}

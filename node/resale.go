@@ -262,11 +262,7 @@ func (n *Node) placeResale(ctx context.Context, req api.OrderRequest) (api.Order
 
 // handleResaleTake is the holder's side of a take of its resale ask (see
 // the steps above); ok is false when the take is not of one.
-func (n *Node) handleResaleTake(ctx context.Context, from peer.ID, takeEnv []byte) (reply *proto.TradeReply, ok bool) {
-	take, signer, err := p2p.Open[*proto.Take](takeEnv, proto.MaxBookMessageSize)
-	if err != nil || signer != from || string(take.Taker) != string(signer) {
-		return nil, false // handleTake refuses it
-	}
+func (n *Node) handleResaleTake(ctx context.Context, from peer.ID, take *proto.Take, takeEnv []byte, takeID string) (reply *proto.TradeReply, ok bool) {
 	n.ownMu.Lock()
 	oo := n.own[take.MakerOrderId]
 	var lease string
@@ -277,7 +273,6 @@ func (n *Node) handleResaleTake(ctx context.Context, from peer.ID, takeEnv []byt
 	if lease == "" {
 		return nil, false
 	}
-	takeID := proto.CIDOf(takeEnv).String()
 	reject := func(err error) (*proto.TradeReply, bool) {
 		n.resaleReject("resale-take", err)
 		env, serr := p2p.Seal(n.key, &proto.Reject{Maker: []byte(n.host.ID()), TakeId: takeID, Reason: err.Error()}, proto.MaxBookMessageSize)

@@ -8,13 +8,16 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+	gproto "google.golang.org/protobuf/proto"
 
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/internal/exchange"
+	"github.com/suanli/suanli/node/internal/store"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -301,7 +304,7 @@ func (n *Node) takeLoop(ctx context.Context, o *market.Order, env []byte) {
 			} else {
 				want.Quantity = o.Quantity - n.filledLocked(o.ID)
 			}
-			want.Quantity -= min(want.Quantity, n.pending[o.ID])
+			want.Quantity -= min(want.Quantity, n.inflight.Of(o.ID))
 			switch {
 			case want.Quantity == 0 || !o.Expires.After(n.now()):
 			case o.AllOrNone:
@@ -330,17 +333,12 @@ func (n *Node) takeLoop(ctx context.Context, o *market.Order, env []byte) {
 			n.tradeMu.Unlock()
 			return
 		}
-		n.pending[o.ID] += m.Quantity
+		key := fmt.Sprintf("taking/%d", n.takeSeq.Add(1))
+		n.inflight.Add(key, o.ID, m.Quantity)
 		n.tradeMu.Unlock()
 
-		_, err = n.take(ctx, o, env, *m)
-
-		n.tradeMu.Lock()
-		n.pending[o.ID] -= m.Quantity
-		if n.pending[o.ID] == 0 {
-			delete(n.pending, o.ID)
-		}
-		n.tradeMu.Unlock()
+		_, err = n.take(ctx, o, env, *m, key)
+		n.inflight.Done(key) // unless its fill ended the count already
 		if err != nil {
 			n.log.Info("take failed; trying the next order", "maker", short(m.Maker), "order", m.OrderID, "err", err)
 			n.ownFailed(o.ID, err)
@@ -363,7 +361,10 @@ func (n *Node) filledLocked(id string) uint32 {
 }
 
 // take agrees one match with its maker. It returns the quantity filled.
-func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.Match) (uint32, error) {
+//
+// key is the take's count in flight (inflight), named with the take's ID
+// once it has one, so that applying its fill ends the count.
+func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.Match, key string) (uint32, error) {
 	maker, err := peer.Decode(m.Maker)
 	if err != nil {
 		return 0, err
@@ -410,6 +411,7 @@ func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.M
 		}
 		if err == nil {
 			takeID = proto.CIDOf(takeEnv).String()
+			n.inflight.Name(key, takeID)
 			if blockStart.After(now) {
 				err = n.store.ReserveBlock(take.Gpus, takeID, blockStart, blockStart.Add(time.Duration(take.DurationS)*time.Second))
 			} else {
@@ -426,6 +428,7 @@ func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.M
 			return 0, err
 		}
 		takeID = proto.CIDOf(takeEnv).String()
+		n.inflight.Name(key, takeID)
 	}
 	// A resale's reply is checked against the ask as it was taken: the
 	// fill's gossip can remove it from the book before the reply arrives.
@@ -494,18 +497,14 @@ func (n *Node) take(ctx context.Context, o *market.Order, env []byte, m market.M
 	return 0, p2p.ErrNoReply
 }
 
-// handleTake is the maker's side of a trade: re-check, reserve, accept.
+// handleTake is the maker's side of a trade: the take checked, answered
+// once, then re-checked against the book, reserved and accepted
+// (answerTake), or handed to the resale path (resale.go).
 //
-// What needs the network or NVML (the offers, the attestation level of an
-// ask, which may check this provider's own GPUs for up to maxSelfAttest)
-// is gathered before tradeMu is taken. tradeMu is held only to check the
-// order's quantity against the takes in flight and to choose and reserve
-// the GPUs; the take's quantity then counts as pending on the order until
-// the fill is applied, so a concurrent take cannot overfill it.
+// Every take, a resale's too, is answered inside the takes gate, which
+// Close shuts before the store goes. A stale take is refused; a take
+// already answered gets the same answer again (takeanswer.go).
 func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *proto.TradeReply {
-	if reply, ok := n.handleResaleTake(ctx, from, takeEnv); ok {
-		return reply // a take of a resale ask (resale.go)
-	}
 	take, signer, err := p2p.Open[*proto.Take](takeEnv, proto.MaxBookMessageSize)
 	if err != nil || signer != from || string(take.Taker) != string(signer) {
 		n.metrics.rejects.WithLabelValues("take", "bad-envelope").Inc()
@@ -517,14 +516,95 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 	defer n.takes.leave()
 	takeID := proto.CIDOf(takeEnv).String()
 	received := n.now()
+	created := time.UnixMilli(take.CreatedUnixMs)
+	if why := takeFresh(created, received); why != "" {
+		n.metrics.rejects.WithLabelValues("take", "stale").Inc()
+		return n.rejectTake(from, take, takeID, why)
+	}
+	e, first, err := n.answers.Claim(takeID, from, created.Add(maxTakeAge), received)
+	if err != nil {
+		n.metrics.rejects.WithLabelValues("take", "flood").Inc()
+		return n.rejectTake(from, take, takeID, err.Error())
+	}
+	if !first {
+		// The same take again, while or after it is answered: the same
+		// answer, nothing more.
+		n.metrics.rejects.WithLabelValues("take", "replay").Inc()
+		return e.Wait(ctx)
+	}
+	var reply *proto.TradeReply
+	defer func() { n.answers.Settle(e, reply) }()
+	switch stored, err := n.storedAnswer(takeID); {
+	case err != nil:
+		reply = n.rejectTake(from, take, takeID, "reading answers: "+err.Error())
+		return reply
+	case stored != nil: // answered before a restart
+		n.metrics.rejects.WithLabelValues("take", "replay").Inc()
+		reply = stored
+		return reply
+	}
+	if r, ok := n.handleResaleTake(ctx, from, take, takeEnv, takeID); ok {
+		reply = r // a take of a resale ask (resale.go)
+		return reply
+	}
+	reply = n.answerTake(ctx, from, take, takeEnv, takeID, received)
+	return reply
+}
+
+// rejectTake is a signed reject of a take.
+func (n *Node) rejectTake(from peer.ID, take *proto.Take, takeID, reason string) *proto.TradeReply {
+	n.log.Info("take rejected", "from", short(from.String()), "order", take.MakerOrderId, "reason", reason)
+	env, err := p2p.Seal(n.key, &proto.Reject{Maker: []byte(n.host.ID()), TakeId: takeID, Reason: reason}, proto.MaxBookMessageSize)
+	if err != nil {
+		return nil
+	}
+	return &proto.TradeReply{Body: &proto.TradeReply_Reject{Reject: env}}
+}
+
+// takeRefusals label, for suanli_validation_rejects_total{kind="take"},
+// why answerTake refused a take, by the start of the reason it signs.
+var takeRefusals = []struct{ has, label string }{
+	{"taker order", "taker-order"},
+	{"is not open", "not-open"},
+	{"is not mine", "not-open"},
+	{"offer", "offer"},
+	{"GPUs left", "quantity"},
+	{"take price", "price"},
+	{"order: ", "no-match"},
+	{"do not match", "no-match"},
+	{"GPU", "gpus"},
+	{"credit", ""}, // counted as credit-limit where checked
+	{"took too long", "slow"},
+	{"storing", "store"},
+}
+
+// takeRefusal is the metric label of a reason answerTake refuses a take
+// with: the first of takeRefusals it contains, else "other".
+func takeRefusal(reason string) string {
+	for _, r := range takeRefusals {
+		if strings.Contains(reason, r.has) {
+			return r.label
+		}
+	}
+	return "other"
+}
+
+// answerTake answers a fresh take of one of this node's orders, the first
+// time it comes.
+//
+// What needs the network or NVML (the offers, the attestation level of an
+// ask, which may check this provider's own GPUs for up to maxSelfAttest)
+// is gathered before tradeMu is taken. tradeMu is held only to check the
+// order's quantity against the takes in flight and to choose and reserve
+// the GPUs; the take's quantity then counts as in flight on the order
+// until its fill is applied, so a concurrent take cannot overfill it.
+func (n *Node) answerTake(ctx context.Context, from peer.ID, take *proto.Take, takeEnv []byte, takeID string, received time.Time) *proto.TradeReply {
 	reject := func(format string, args ...any) *proto.TradeReply {
 		reason := fmt.Sprintf(format, args...)
-		n.log.Info("take rejected", "from", short(from.String()), "order", take.MakerOrderId, "reason", reason)
-		env, err := p2p.Seal(n.key, &proto.Reject{Maker: []byte(n.host.ID()), TakeId: takeID, Reason: reason}, proto.MaxBookMessageSize)
-		if err != nil {
-			return nil
+		if label := takeRefusal(reason); label != "" {
+			n.metrics.rejects.WithLabelValues("take", label).Inc()
 		}
-		return &proto.TradeReply{Body: &proto.TradeReply_Reject{Reject: env}}
+		return n.rejectTake(from, take, takeID, reason)
 	}
 	now := received
 	to, _, err := p2p.OpenOrder(take.TakerOrder, now)
@@ -535,17 +615,23 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 		return reject("taker order does not belong to the take")
 	}
 	me := n.host.ID().String()
-	lookup := func() (market.Order, uint32, error) {
-		mine, remaining, ok := n.books.Lookup(take.Market, take.Currency, take.MakerOrderId)
+	// lookup reads the order and the GPUs of it in takes in flight in one
+	// step (see inflight).
+	lookup := func() (mine market.Order, remaining, taking uint32, err error) {
+		var ok bool
+		n.books.With(take.Market, take.Currency, func(s *exchange.Replica) {
+			mine, remaining, ok = s.Book.Lookup(take.MakerOrderId)
+			taking = n.inflight.Of(take.MakerOrderId)
+		})
 		switch {
 		case !ok:
-			return market.Order{}, 0, fmt.Errorf("order %s is not open", take.MakerOrderId)
+			return market.Order{}, 0, 0, fmt.Errorf("order %s is not open", take.MakerOrderId)
 		case mine.Maker != me:
-			return market.Order{}, 0, fmt.Errorf("order %s is not mine", take.MakerOrderId)
+			return market.Order{}, 0, 0, fmt.Errorf("order %s is not mine", take.MakerOrderId)
 		}
-		return mine, remaining, nil
+		return mine, remaining, taking, nil
 	}
-	mine, _, err := lookup()
+	mine, _, _, err := lookup()
 	if err != nil {
 		return reject("%v", err)
 	}
@@ -572,7 +658,7 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 	if rej != "" {
 		return reject("%s", rej)
 	}
-	defer n.untrack(take.MakerOrderId, take.Quantity)
+	defer n.inflight.Done(takeID) // unless its fill ended the count already
 
 	if n.now().Sub(received) > acceptWindow {
 		n.unreserve(lease.Gpus, takeID, victims)
@@ -590,43 +676,51 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, takeEnv []byte) *pr
 		n.unreserve(lease.Gpus, takeID, victims)
 		return reject("fill: %v", err)
 	}
-	// The terms are stored (synced) before the accept is sent.
-	if err := n.store.PutLease(lease); err != nil {
-		n.storeFailed(&storeError{what: "lease terms", err: err}, lease.Id)
-		n.unreserve(lease.Gpus, takeID, victims)
+	// The terms and the answer are stored (synced, once) before the
+	// accept is sent.
+	reply := &proto.TradeReply{Body: &proto.TradeReply_Accept{Accept: accEnv}}
+	raw, err := gproto.Marshal(reply)
+	if err == nil {
+		err = n.store.PutAcceptedTake(lease, raw)
+	}
+	if err != nil {
+		if !errors.Is(err, store.ErrAnswered) {
+			n.storeFailed(&storeError{what: "lease terms", err: err}, lease.Id)
+			n.unreserve(lease.Gpus, takeID, victims)
+		} // else the GPUs are the first answer's: leave them
 		return reject("storing lease: %v", err)
 	}
 	n.books.ApplyFill(ev)
 	n.preempt(victims, takeID, now)
 	n.capacityChanged() // capacity.go: GPUs leased
-	go func() {
+	n.spawn(func() {
 		pctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
 		defer cancel()
 		if err := n.publishBook(pctx, take.Market, &proto.BookMessage{Body: &proto.BookMessage_Fill{Fill: fill}}, ev); err != nil {
 			n.log.Warn("publishing fill failed", "fill", ev.Fill.ID, "err", err)
 		}
-	}()
-	return &proto.TradeReply{Body: &proto.TradeReply_Accept{Accept: accEnv}}
+	})
+	return reply
 }
 
 // reserveTake is the part of handleTake under tradeMu: the order looked up
 // again and checked against the takes in flight, the pair re-matched, the
 // lease's terms built and, for an ask, its GPUs chosen and reserved. On
-// success the take's quantity counts as pending on the order (untrack
-// ends that); rej says why not otherwise. facts are the ask's facts,
+// success the take's quantity counts as in flight on the order (its fill
+// or answerTake ends that); rej says why not otherwise. facts are the ask's facts,
 // gathered before (askFacts); takerOffer is the taking provider's offer,
 // for a bid.
 func (n *Node) reserveTake(take *proto.Take, takeID string, to *market.Order, facts market.Facts,
-	lookup func() (market.Order, uint32, error), takerOffer *proto.Offer, now time.Time) (lease *proto.Lease, victims []market.Preemptible, rej string) {
+	lookup func() (market.Order, uint32, uint32, error), takerOffer *proto.Offer, now time.Time) (lease *proto.Lease, victims []market.Preemptible, rej string) {
 	n.tradeMu.Lock()
 	defer n.tradeMu.Unlock()
-	mine, remaining, err := lookup()
+	mine, remaining, taking, err := lookup()
 	if err != nil {
 		return nil, nil, err.Error()
 	}
 	switch {
-	case remaining < take.Quantity+n.pending[take.MakerOrderId]:
-		return nil, nil, fmt.Sprintf("order has %d GPUs left (%d being taken), take wants %d", remaining, n.pending[take.MakerOrderId], take.Quantity)
+	case remaining < take.Quantity+taking:
+		return nil, nil, fmt.Sprintf("order has %d GPUs left (%d being taken), take wants %d", remaining, taking, take.Quantity)
 	case take.PriceMicros != mine.Price:
 		return nil, nil, fmt.Sprintf("take price %d is not the order's %d", take.PriceMicros, mine.Price)
 	}
@@ -718,18 +812,8 @@ func (n *Node) reserveTake(take *proto.Take, takeID string, to *market.Order, fa
 			lease.BillingIntervalS = t
 		}
 	}
-	n.pending[take.MakerOrderId] += take.Quantity
+	n.inflight.Add(takeID, take.MakerOrderId, take.Quantity)
 	return lease, victims, ""
-}
-
-// untrack ends a take's count of qty pending on order id.
-func (n *Node) untrack(id string, qty uint32) {
-	n.tradeMu.Lock()
-	defer n.tradeMu.Unlock()
-	n.pending[id] -= min(qty, n.pending[id])
-	if n.pending[id] == 0 {
-		delete(n.pending, id)
-	}
 }
 
 // freeGPUs lists this provider's GPUs in a market not reserved by a lease.

@@ -20,22 +20,28 @@ import (
 )
 
 // BookTopic is the gossipsub topic of a market's order book.
-func BookTopic(market string) string { return "/suanli/book/1/" + market }
+//
+// Version 2: messages are signed by their gossip author (StrictSign),
+// which version 1 did not do; the two do not mix.
+func BookTopic(market string) string { return "/suanli/book/2/" + market }
 
 // MaxBookGossipSize bounds one gossiped book message: a fill carries two
 // envelopes of at most MaxBookMessageSize each.
 const MaxBookGossipSize = 2*proto.MaxBookMessageSize + 1024
 
-// NewPubSub starts gossipsub on a host for the order books. Messages are not
-// signed by pubsub (StrictNoSign, no author): every payload is already a
-// signed envelope, so one signature check per object is enough. Message IDs
-// are the SHA-256 of the payload, so the same object relayed by two peers is
-// one message. Peer scoring is on (BookScoreParams). ctx bounds its life.
+// NewPubSub starts gossipsub on a host for the order books. Messages are
+// signed by their author, the publishing host (pubsub's StrictSign): a
+// book's validator holds every object to its author (an order and a cancel
+// are published by their maker, a fill by one of its parties), so one
+// peer cannot publish in the name of many keys it makes on the fly and
+// spend the per-maker limits of each. Message IDs are the SHA-256 of the
+// payload, so the same object relayed by two peers, or published by both
+// parties of a fill, is one message. Peer scoring is on (BookScoreParams).
+// ctx bounds its life.
 func NewPubSub(ctx context.Context, h host.Host) (*pubsub.PubSub, error) {
 	params, thresholds := BookScoreParams()
 	ps, err := pubsub.NewGossipSub(ctx, h,
-		pubsub.WithMessageSignaturePolicy(pubsub.StrictNoSign),
-		pubsub.WithNoAuthor(),
+		pubsub.WithMessageSignaturePolicy(pubsub.StrictSign),
 		pubsub.WithMessageIdFn(func(m *pb.Message) string {
 			sum := sha256.Sum256(m.Data)
 			return string(sum[:])

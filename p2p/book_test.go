@@ -1186,7 +1186,7 @@ func TestBookNewPubSub(t *testing.T) {
 	if err := topic.SetScoreParams(p2p.BookTopicScoreParams()); err != nil {
 		t.Errorf("SetScoreParams(BookTopicScoreParams()) = %v, want nil", err)
 	}
-	if got, want := p2p.BookTopic(bookMkt), "/suanli/book/1/"+bookMkt; got != want {
+	if got, want := p2p.BookTopic(bookMkt), "/suanli/book/2/"+bookMkt; got != want {
 		t.Errorf("BookTopic(%q) = %q, want %q", bookMkt, got, want)
 	}
 }

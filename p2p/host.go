@@ -2,6 +2,7 @@ package p2p
 
 import (
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/libp2p/go-libp2p"
@@ -34,9 +35,21 @@ type HostConfig struct {
 	MemoryLimit int64
 	// FDLimit is the resource manager's file-descriptor budget. Default 1024.
 	FDLimit int
+	// ConnsPerIP bounds the connections from one IPv4 address, and from
+	// one IPv6 /56 (eight times as many from one /48), through the
+	// resource manager: making keys is free, addresses are not. Default
+	// DefaultConnsPerIP.
+	ConnsPerIP int
+	// LoopbackConns bounds the connections from 127.0.0.0/8 and ::1 all
+	// together. Default 0: unlimited, as a devnet runs every node there.
+	LoopbackConns int
 	// Registerer receives libp2p's own metrics. Default: none (disabled).
 	Registerer prometheus.Registerer
 }
+
+// DefaultConnsPerIP is HostConfig.ConnsPerIP when not set: libp2p's own
+// default, as many as one peer's concurrent dials.
+const DefaultConnsPerIP = 8
 
 // DefaultListen is where a node listens when not told: loopback only.
 var DefaultListen = []string{"/ip4/127.0.0.1/tcp/0", "/ip4/127.0.0.1/udp/0/quic-v1"}
@@ -76,7 +89,20 @@ func NewHost(cfg HostConfig) (host.Host, error) {
 	scaling := rcmgr.DefaultLimits
 	libp2p.SetDefaultServiceLimits(&scaling)
 	limiter := rcmgr.NewFixedLimiter(scaling.Scale(mem, fds))
-	var rmOpts []rcmgr.Option
+	perIP := cfg.ConnsPerIP
+	if perIP <= 0 {
+		perIP = DefaultConnsPerIP
+	}
+	rmOpts := []rcmgr.Option{rcmgr.WithLimitPerSubnet(
+		[]rcmgr.ConnLimitPerSubnet{{PrefixLength: 32, ConnCount: perIP}},
+		[]rcmgr.ConnLimitPerSubnet{{PrefixLength: 56, ConnCount: perIP}, {PrefixLength: 48, ConnCount: 8 * perIP}},
+	)}
+	if cfg.LoopbackConns > 0 {
+		rmOpts = append(rmOpts, rcmgr.WithNetworkPrefixLimit(
+			[]rcmgr.NetworkPrefixLimit{{Network: netip.MustParsePrefix("127.0.0.0/8"), ConnCount: cfg.LoopbackConns}},
+			[]rcmgr.NetworkPrefixLimit{{Network: netip.MustParsePrefix("::1/128"), ConnCount: cfg.LoopbackConns}},
+		))
+	}
 	if cfg.Registerer != nil {
 		rcmgr.MustRegisterWith(cfg.Registerer)
 		str, err := rcmgr.NewStatsTraceReporter()

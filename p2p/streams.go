@@ -12,6 +12,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/libp2p/go-msgio/pbio"
+	gproto "google.golang.org/protobuf/proto"
 
 	"github.com/suanli/suanli/proto"
 )
@@ -29,8 +30,18 @@ const (
 // their context, typically shorter, and skip makers that do not answer.
 const TradeTimeout = 10 * time.Second
 
-// maxSyncMessages bounds what one sync answer may carry.
-const maxSyncMessages = 20000
+// Bounds on one sync answer, kept by both sides: at most maxSyncMessages
+// messages and MaxSyncBytes bytes of them. A replica holds at most
+// market.MaxRestingOrders orders and exchange.MaxRecentFills fills of a
+// book, far below either.
+const (
+	maxSyncMessages = 20000
+	MaxSyncBytes    = 16 << 20
+)
+
+// ErrSyncTooLarge is returned by RequestSync, with what it read, when an
+// answer goes past MaxSyncBytes.
+var ErrSyncTooLarge = errors.New("p2p: sync answer too large")
 
 // TakeHandler answers a Take (its envelope bytes) from a peer.
 type TakeHandler func(ctx context.Context, from peer.ID, take []byte) *proto.TradeReply
@@ -88,9 +99,10 @@ func SendTake(ctx context.Context, h host.Host, maker peer.ID, take []byte) (*pr
 	return &reply, nil
 }
 
-// SyncHandler returns the book messages (open orders, recent fills) a
-// late joiner should get for a market.
-type SyncHandler func(market string) []*proto.BookMessage
+// SyncHandler returns the book messages (open orders, recent fills) the
+// peer from should get for a market; an error refuses it (the stream is
+// reset unanswered), as for a peer that asks too often.
+type SyncHandler func(from peer.ID, market string) ([]*proto.BookMessage, error)
 
 // HandleSync serves SyncProtocol on h with fn.
 func HandleSync(h host.Host, fn SyncHandler) {
@@ -102,9 +114,15 @@ func HandleSync(h host.Host, fn SyncHandler) {
 			s.Reset()
 			return
 		}
+		msgs, err := fn(s.Conn().RemotePeer(), req.Market)
+		if err != nil {
+			s.Reset()
+			return
+		}
 		w := pbio.NewDelimitedWriter(s)
-		for i, m := range fn(req.Market) {
-			if i >= maxSyncMessages {
+		size := 0
+		for i, m := range msgs {
+			if size += gproto.Size(m); i >= maxSyncMessages || size > MaxSyncBytes {
 				break
 			}
 			if err := w.WriteMsg(m); err != nil {
@@ -133,6 +151,7 @@ func RequestSync(ctx context.Context, h host.Host, p peer.ID, market string) ([]
 	s.CloseWrite()
 	r := pbio.NewDelimitedReader(s, MaxBookGossipSize)
 	var out [][]byte
+	size := 0
 	for len(out) < maxSyncMessages {
 		var m proto.BookMessage
 		if err := r.ReadMsg(&m); err != nil {
@@ -144,6 +163,10 @@ func RequestSync(ctx context.Context, h host.Host, p peer.ID, market string) ([]
 		b, err := marshalBook(&m)
 		if err != nil {
 			return out, err
+		}
+		if size += len(b); size > MaxSyncBytes {
+			s.Reset()
+			return out, ErrSyncTooLarge
 		}
 		out = append(out, b)
 	}

@@ -238,9 +238,12 @@ func TestStreamSync(t *testing.T) {
 			}
 			client, server := bookHosts(t)
 			asked := make(chan string, 1)
-			p2p.HandleSync(server, func(market string) []*proto.BookMessage {
+			p2p.HandleSync(server, func(from peer.ID, market string) ([]*proto.BookMessage, error) {
+				if from != client.ID() {
+					t.Errorf("sync handler asked by %s, want the client %s", from, client.ID())
+				}
 				asked <- market
-				return msgs
+				return msgs, nil
 			})
 			ctx := bookCtx(t, bookStreamTimeout)
 			got, err := p2p.RequestSync(ctx, client, server.ID(), bookMkt)

@@ -29,6 +29,11 @@ const (
 	// maker may get through this node's validator.
 	orderRate  = 20
 	orderBurst = 40
+	// authorRate and authorBurst bound how many book messages of any kind
+	// per second one gossip author may get through: its orders, cancels
+	// and the fills it is a party to.
+	authorRate  = 2 * orderRate
+	authorBurst = 2 * orderBurst
 	// OfferFetchTimeout bounds fetching an ask's offer while validating it.
 	OfferFetchTimeout = 5 * time.Second
 	// syncPeers is how many peers a node asks for a market's open orders.
@@ -42,6 +47,11 @@ const (
 	// market's topic after the first sync, per market.
 	resyncRate  = 1
 	resyncBurst = 3
+	// syncAnswerRate and syncAnswerBurst bound the sync answers one peer
+	// gets from this node: a joining node asks each peer once per market,
+	// and again when a peer joins later (resyncRate).
+	syncAnswerRate  = 0.5
+	syncAnswerBurst = 8
 )
 
 // ErrOfferUnknown is what a [Hooks.CheckAsk] returns when the ask's
@@ -128,6 +138,10 @@ type Config struct {
 	// SweepEvery is how often expired orders leave the replicas (default
 	// DefaultSweepInterval).
 	SweepEvery time.Duration
+	// MaxResting caps the orders of other makers one replica keeps
+	// resting; beyond it market.Evictee says which goes (default
+	// market.MaxRestingOrders). The node's own orders are never evicted.
+	MaxResting int
 	Hooks      Hooks
 }
 
@@ -141,9 +155,11 @@ type Books struct {
 	mu       sync.Mutex
 	states   map[string]*Replica // by market + "/" + currency
 	topics   map[string]*pubsub.Topic
-	joined   map[string]time.Time     // when each topic was joined
-	limiters map[string]*rate.Limiter // by maker
-	kick     chan string              // markets whose crossing to re-check
+	joined   map[string]time.Time      // when each topic was joined
+	limiters map[string]*rate.Limiter  // by maker
+	authors  map[peer.ID]*rate.Limiter // by gossip author
+	syncers  map[peer.ID]*rate.Limiter // by peer asking for a sync
+	kick     chan string               // markets whose crossing to re-check
 }
 
 // New returns an empty set of replicas. Start begins its loop; until
@@ -159,6 +175,9 @@ func New(cfg Config) *Books {
 	if cfg.SweepEvery <= 0 {
 		cfg.SweepEvery = DefaultSweepInterval
 	}
+	if cfg.MaxResting <= 0 {
+		cfg.MaxResting = market.MaxRestingOrders
+	}
 	return &Books{
 		cfg:      cfg,
 		ctx:      context.Background(),
@@ -166,6 +185,8 @@ func New(cfg Config) *Books {
 		topics:   map[string]*pubsub.Topic{},
 		joined:   map[string]time.Time{},
 		limiters: map[string]*rate.Limiter{},
+		authors:  map[peer.ID]*rate.Limiter{},
+		syncers:  map[peer.ID]*rate.Limiter{},
 		kick:     make(chan string, 64),
 	}
 }
@@ -271,6 +292,23 @@ func (b *Books) allow(maker string) bool {
 	return l.Allow()
 }
 
+// allowAuthor is allow for the author of a gossip message, whatever it
+// carries: its orders, cancels and the fills it is a party to share one
+// budget.
+func (b *Books) allowAuthor(author peer.ID) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	l, ok := b.authors[author]
+	if !ok {
+		if len(b.authors) > 100_000 {
+			clear(b.authors)
+		}
+		l = rate.NewLimiter(authorRate, authorBurst)
+		b.authors[author] = l
+	}
+	return l.Allow()
+}
+
 func (b *Books) reject(kind, reason string) {
 	if b.cfg.Rejects != nil {
 		b.cfg.Rejects.WithLabelValues(kind, reason).Inc()
@@ -281,6 +319,24 @@ func inc(c prometheus.Counter) {
 	if c != nil {
 		c.Inc()
 	}
+}
+
+// evictLocked drops an order from a replica holding more than the cap,
+// as market.Evictee says (the node's own orders stay), and returns its ID.
+// Callers hold b.mu.
+func (b *Books) evictLocked(s *Replica, arrived market.Side) string {
+	self := ""
+	if b.cfg.Host != nil {
+		self = b.cfg.Host.ID().String()
+	}
+	v, ok := market.Evictee(s.Book, b.cfg.MaxResting, arrived, func(o market.Order) bool { return o.Maker == self })
+	if !ok {
+		return ""
+	}
+	if err := s.Cancel(v.ID, v.Maker); err != nil {
+		return ""
+	}
+	return v.ID
 }
 
 // Kick asks the loop to check whether this node's resting orders in mkt
@@ -355,10 +411,21 @@ func (b *Books) Apply(mkt string, ev *p2p.BookEvent) {
 		o := ev.Order
 		b.mu.Lock()
 		s, err := b.state(o.Market, o.Currency)
+		var evicted string
 		if err == nil {
 			err = s.Rest(o, ev.Envelope, now)
 		}
+		if err == nil {
+			evicted = b.evictLocked(s, o.Side)
+		}
 		b.mu.Unlock()
+		if evicted == o.ID {
+			b.reject("book", "book-full")
+			return
+		}
+		if evicted != "" {
+			b.reject("book", "evicted")
+		}
 		if err != nil {
 			if !errors.Is(err, market.ErrDuplicate) {
 				b.reject("book", market.Reason(err))

@@ -2,6 +2,7 @@ package exchange
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -79,20 +80,31 @@ func (b *Books) read(mkt string, sub *pubsub.Subscription) {
 	}
 }
 
-// validator is the topic validator of one market: stateless checks in
-// p2p.DecodeBook (Reject: the sender is penalized), then the replica's
-// (duplicates and rate limits are Ignore; an ask its provider's offer does
-// not cover is Reject).
+// validator is the topic validator of one market: the author's rate
+// limit (Ignore), stateless checks in p2p.DecodeBook and the author's
+// right to publish the object (Reject: the sender is penalized), then the
+// replica's (duplicates and rate limits are Ignore; an ask its provider's
+// offer does not cover is Reject).
 func (b *Books) validator(mkt string) pubsub.ValidatorEx {
 	self := b.cfg.Host.ID()
 	return func(ctx context.Context, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
 		if from == self && msg.ValidatorData != nil {
 			return pubsub.ValidationAccept // our own, built and checked by us
 		}
+		author := msg.GetFrom()
+		if !b.allowAuthor(author) {
+			b.reject("book", "author-rate-limited")
+			return pubsub.ValidationIgnore
+		}
 		ev, err := p2p.DecodeBook(msg.Data, mkt, b.cfg.Now())
 		if err != nil {
 			b.reject("book", p2p.BookReason(err))
 			b.cfg.Log.Debug("book message rejected", "market", mkt, "from", from, "err", err)
+			return pubsub.ValidationReject
+		}
+		if !AuthoredBy(ev, author) {
+			b.reject("book", "not-author")
+			b.cfg.Log.Debug("book message from another author", "market", mkt, "author", author, "kind", ev.Kind)
 			return pubsub.ValidationReject
 		}
 		res := b.check(ctx, ev)
@@ -101,6 +113,24 @@ func (b *Books) validator(mkt string) pubsub.ValidatorEx {
 		}
 		return res
 	}
+}
+
+// AuthoredBy reports whether author may publish ev on a book topic: an
+// order or a cancel only its maker, a fill only its buyer or provider.
+// Whoever relays a message, its author signed it (pubsub's StrictSign), so
+// the limits per maker are limits per publishing identity too.
+func AuthoredBy(ev *p2p.BookEvent, author peer.ID) bool {
+	a := author.String()
+	switch ev.Kind {
+	case p2p.KindOrder:
+		return ev.Order != nil && ev.Order.Maker == a
+	case p2p.KindCancel:
+		maker, err := peer.IDFromBytes(ev.Cancel.GetMaker())
+		return err == nil && maker == author
+	case p2p.KindFill:
+		return ev.Fill != nil && (ev.Fill.Buyer == a || ev.Fill.Provider == a)
+	}
+	return false
 }
 
 // sync asks a few peers that hold the market's book — peers already in
@@ -184,6 +214,30 @@ func (b *Books) syncOnPeer(mkt string, evh *pubsub.TopicEventHandler) {
 		}
 	}
 }
+
+// AnswerSync is SyncAnswer for a peer asking by p2p.HandleSync, at most
+// syncAnswerBurst times at once and syncAnswerRate a second per peer: an
+// answer can be a replica's whole book, and asking costs nothing.
+func (b *Books) AnswerSync(from peer.ID, mkt string) ([]*proto.BookMessage, error) {
+	b.mu.Lock()
+	l, ok := b.syncers[from]
+	if !ok {
+		if len(b.syncers) > 10_000 {
+			clear(b.syncers)
+		}
+		l = rate.NewLimiter(syncAnswerRate, syncAnswerBurst)
+		b.syncers[from] = l
+	}
+	allowed := l.Allow()
+	b.mu.Unlock()
+	if !allowed {
+		b.reject("sync-request", "rate-limited")
+		return nil, errSyncRate
+	}
+	return b.SyncAnswer(mkt), nil
+}
+
+var errSyncRate = errors.New("exchange: book sync asked too often")
 
 // SyncAnswer lists a market's open orders and recent fills for a late
 // joiner (p2p.HandleSync). An order that has expired is left out even

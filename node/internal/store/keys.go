@@ -17,6 +17,7 @@ import (
 //	offer/<peer>                           last valid sealed offer seen from a provider
 //	fill/<unix-ms BE>/<fill id>            a doubly-signed fill (proto.Fill)
 //	lease/<lease id>                       a lease this node is party to (proto.Lease), synced
+//	answer/<take id>                       a maker's accept of a take (proto.TradeReply), with the lease, synced
 //	gpu/<uuid>                             a current hold: end (unix ms BE) + lease or take id, synced
 //	cal/<uuid>/<start BE>/<lease id>       a forward block of a GPU: end (unix ms BE), synced
 //	leasestate/<lease id>                  the lease's own record (JSON, node's leaseRecord), synced
@@ -46,6 +47,7 @@ const (
 	prefixLogs         = "logs/"
 	prefixAttest       = "attest/"
 	prefixHist         = "hist/"
+	prefixAnswer       = "answer/"
 )
 
 var keyOfferSeq = []byte("seq/offer")
