@@ -259,12 +259,20 @@ func ParseGres(s string) ([]SlurmGres, error) {
 			return nil, fmt.Errorf("gres %q: bad count", item)
 		}
 		g := SlurmGres{Type: m[1], Count: n}
+		// "(S:0-1)", "(IDX:0-1,5)": IDX's list runs to the next "KEY:".
+		var idx []string
+		inIdx := false
 		for _, part := range strings.Split(m[3], ",") {
-			if idx, ok := strings.CutPrefix(part, "IDX:"); ok {
-				if g.Used, err = parseRanges(idx); err != nil {
-					return nil, fmt.Errorf("gres %q: %v", item, err)
-				}
+			if v, ok := strings.CutPrefix(part, "IDX:"); ok {
+				idx, inIdx = append(idx, v), true
+			} else if inIdx && !strings.Contains(part, ":") {
+				idx = append(idx, part)
+			} else {
+				inIdx = false
 			}
+		}
+		if g.Used, err = parseRanges(strings.Join(idx, ",")); err != nil {
+			return nil, fmt.Errorf("gres %q: %v", item, err)
 		}
 		out = append(out, g)
 	}
