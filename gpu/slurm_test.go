@@ -4,8 +4,10 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -21,7 +23,22 @@ func testCluster(t *testing.T) Slurm {
 		}
 		t.Skip("no Slurm cluster: run contrib/slurm/slurm-up.sh DIR and set SLURM_CONF")
 	}
+	lockCluster(t, conf)
 	return Slurm{Conf: conf}
+}
+
+// lockCluster holds the cluster for this test alone until it ends: go
+// test runs packages in parallel, and the GPU counts the tests check
+// assume no other test's jobs.
+func lockCluster(t *testing.T, conf string) {
+	f, err := os.OpenFile(filepath.Join(filepath.Dir(conf), "tests.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
 }
 
 // confGPUs reads the node's gres the way the config states it:

@@ -9,9 +9,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,6 +33,7 @@ func slurmCluster(t *testing.T) (*gpu.SlurmBackend, gpu.Slurm) {
 		}
 		t.Skip("no Slurm cluster: run contrib/slurm/slurm-up.sh DIR and set SLURM_CONF")
 	}
+	lockCluster(t, conf)
 	s := gpu.Slurm{Conf: conf}
 	b, err := gpu.OpenSlurm(context.Background(), gpu.SlurmBackendConfig{Slurm: s, JobPrefix: SlurmJobPrefix})
 	if err != nil {
@@ -78,6 +81,20 @@ func startCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// lockCluster holds the cluster for this test alone until it ends
+// (after its jobs are cancelled): go test runs packages in parallel, and
+// the tests fill the node.
+func lockCluster(t *testing.T, conf string) {
+	f, err := os.OpenFile(filepath.Join(filepath.Dir(conf), "tests.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
 }
 
 func randHex(n int) string {
