@@ -53,6 +53,7 @@ type options struct {
 	// Leases (see lease.go).
 	executors   []string
 	docker      *DockerConfig
+	slurm       *SlurmConfig
 	processUser string
 	perGPU      perGPU
 	// Preemption (see preempt.go).
