@@ -7,34 +7,20 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/suanli/suanli/gpu"
+	"github.com/suanli/suanli/node/executor/slurmtest"
 )
 
-// slurmCluster is the cluster contrib/slurm/slurm-up.sh started
-// (SLURM_CONF). Without one the test is skipped, unless CI is set: CI
-// starts one, so there it fails.
+// slurmCluster is the test cluster and a backend over it.
 func slurmCluster(t *testing.T) (*gpu.SlurmBackend, gpu.Slurm) {
 	t.Helper()
-	conf := os.Getenv("SLURM_CONF")
-	_, err := exec.LookPath("sbatch")
-	if conf == "" || err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("CI is set but no Slurm cluster is (SLURM_CONF, sbatch): .ci/run starts one with contrib/slurm/slurm-up.sh")
-		}
-		t.Skip("no Slurm cluster: run contrib/slurm/slurm-up.sh DIR and set SLURM_CONF")
-	}
-	lockCluster(t, conf)
-	s := gpu.Slurm{Conf: conf}
+	s := slurmtest.Cluster(t)
 	b, err := gpu.OpenSlurm(context.Background(), gpu.SlurmBackendConfig{Slurm: s, JobPrefix: SlurmJobPrefix})
 	if err != nil {
 		t.Fatal(err)
@@ -81,20 +67,6 @@ func startCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// lockCluster holds the cluster for this test alone until it ends
-// (after its jobs are cancelled): go test runs packages in parallel, and
-// the tests fill the node.
-func lockCluster(t *testing.T, conf string) {
-	f, err := os.OpenFile(filepath.Join(filepath.Dir(conf), "tests.lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
 }
 
 func randHex(n int) string {
