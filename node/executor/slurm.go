@@ -322,7 +322,11 @@ type slurmRun struct {
 
 func (r *slurmRun) setJob(j *gpu.SlurmJob) {
 	r.mu.Lock()
+	gpus := r.job.GPUs
 	r.job, r.state = *j, j.State
+	if len(j.GPUs) == 0 {
+		r.job.GPUs = gpus // an ended job no longer lists its allocation
+	}
 	r.mu.Unlock()
 }
 
