@@ -34,13 +34,14 @@ const (
 )
 
 // WithExecutors sets the executors a provider allows, by name: "reserve"
-// (always allowed), "process" and "docker" (configured by WithDocker).
+// (always allowed), "process", "docker" (configured by WithDocker) and
+// "slurm" (with WithSlurm).
 // Default: reserve only.
 func WithExecutors(names ...string) Option {
 	return func(o *options) error {
 		for _, n := range names {
-			if !slices.Contains([]string{ExecReserve, ExecProcess, ExecDocker}, n) {
-				return fmt.Errorf("node: unknown executor %q (want reserve, process or docker)", n)
+			if !slices.Contains([]string{ExecReserve, ExecProcess, ExecDocker, ExecSlurm}, n) {
+				return fmt.Errorf("node: unknown executor %q (want reserve, process, docker or slurm)", n)
 			}
 		}
 		o.executors = names

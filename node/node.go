@@ -55,6 +55,7 @@ type options struct {
 	// Leases (see lease.go).
 	executors   []string
 	docker      *DockerConfig
+	slurm       *SlurmConfig
 	processUser string
 	perGPU      perGPU
 	// Preemption (see preempt.go).

@@ -93,6 +93,13 @@ func (n *Node) newExecutors(o options) (map[string]Executor, error) {
 	} else if o.docker != nil {
 		return nil, errors.New("node: WithDocker without WithExecutors(\"docker\")")
 	}
+	if slices.Contains(o.executors, ExecSlurm) {
+		x, err := n.newSlurmExecutor(o)
+		if err != nil {
+			return nil, err
+		}
+		execs[ExecSlurm] = x
+	}
 	return execs, nil
 }
 
@@ -147,7 +154,8 @@ const pausedHold = math.MaxInt64
 // workloadOf is the executor's view of a lease's workload.
 func (n *Node) workloadOf(r *leaseRun, spec WorkloadSpec) Workload {
 	return Workload{LeaseID: r.id, GPUs: r.terms.Gpus, Command: spec.Command, Image: spec.Image, Ports: spec.Ports,
-		SSHKey: spec.SSHKey, WritableRoot: spec.WritableRoot, Limits: n.leaseLimits(len(r.terms.Gpus))}
+		SSHKey: spec.SSHKey, WritableRoot: spec.WritableRoot, Limits: n.leaseLimits(len(r.terms.Gpus)),
+		End: market.LeaseEnd(r.terms), Spot: market.LeaseType(r.terms.LeaseType) == market.Spot}
 }
 
 // handleExec is the provider's side of /suanli/exec/1.0.0: it runs the
@@ -178,7 +186,7 @@ func (n *Node) handleExec(ctx context.Context, from peer.ID, body []byte, out *p
 		n.attachExec(ctx, r, req, out)
 		return
 	}
-	name := req.ExecutorName()
+	name := n.executorFor(req.ExecutorName())
 	r.mu.Lock()
 	if r.ml.State != market.LeaseRunning {
 		r.mu.Unlock()
@@ -187,7 +195,9 @@ func (n *Node) handleExec(ctx context.Context, from peer.ID, body []byte, out *p
 	}
 	spec := req.WorkloadSpec
 	r.rec.Workload, r.rec.Executor, r.rec.Exec = &spec, name, spec.Command
-	pause := name == ExecDocker // an image may take minutes to pull; a process starts at once
+	// An image may take minutes to pull, a Slurm job to be scheduled; a
+	// process starts at once.
+	pause := name == ExecDocker || name == ExecSlurm
 	if pause {
 		r.rec.HeldSince = pausedHold
 	}

@@ -296,6 +296,8 @@ func cmdDaemon(e *env, args []string) error {
 	billing := fs.Duration("billing-interval", 0, "meter leases and send receipts this often (default 1m)")
 	var xf execFlags
 	xf.register(fs)
+	var sf slurmFlags
+	sf.register(fs)
 	creditLimit := fs.String("credit-limit", "", "most a buyer may owe unpaid, a `decimal` in the price currency, or none (default from config: "+node.DefaultCreditLimit+")")
 	logCap := fs.Int64("log-cap", node.DefaultLogCap>>20, "keep at most `MiB` of each lease's workload output (the newest)")
 	if err := parse(e, fs, args, 0); err != nil {
@@ -344,6 +346,11 @@ func cmdDaemon(e *env, args []string) error {
 		return err
 	}
 	opts = append(opts, xopts...)
+	sopts, err := sf.options(*sim != "" || *noGPU)
+	if err != nil {
+		return err
+	}
+	opts = append(opts, sopts...)
 	if *region != "" {
 		opts = append(opts, node.WithRegion(*region))
 	}

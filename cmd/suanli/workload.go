@@ -31,7 +31,7 @@ type execFlags struct {
 }
 
 func (f *execFlags) register(fs *flag.FlagSet) {
-	fs.Var(&f.executors, "executor", "allow an `executor` for leases: reserve, process, docker (repeatable; default reserve)")
+	fs.Var(&f.executors, "executor", "allow an `executor` for leases: reserve, process, docker, slurm (repeatable; default reserve)")
 	fs.Var(&f.images, "image-allow", "docker: allow images matching `pattern` (e.g. 'ghcr.io/org/*') or a sha256: digest (repeatable; default none)")
 	fs.StringVar(&f.portRange, "port-range", "20000-20999", "docker: host `ports` buyers' container ports are published on")
 	fs.StringVar(&f.portBind, "port-bind", "127.0.0.1", "docker: host `address` published ports listen on (0.0.0.0 to serve remote buyers)")

@@ -55,6 +55,10 @@ type Config struct {
 	Logger *slog.Logger
 	// NodeOptions are added to every node's options.
 	NodeOptions []node.Option
+	// Slurm, when set, makes the first provider sell this Slurm
+	// cluster's GPUs (leases run as its jobs) instead of a simulated
+	// machine.
+	Slurm *node.SlurmConfig
 }
 
 // Net is a running devnet.
@@ -110,8 +114,14 @@ func Start(ctx context.Context, cfg Config) (_ *Net, err error) {
 	var boot []string
 	for i := range cfg.Providers {
 		m := Machines[i%len(Machines)]
-		opts := append(base(fmt.Sprintf("provider-%02d", i)),
-			node.WithGPUSim(m.Model, int64(i+1)), node.WithRegion(m.Region), node.WithPrice(m.Price, m.Currency))
+		gpus := node.WithGPUSim(m.Model, int64(i+1))
+		if i == 0 && cfg.Slurm != nil {
+			gpus = node.WithSlurm(*cfg.Slurm)
+		}
+		opts := append(base(fmt.Sprintf("provider-%02d", i)), gpus, node.WithRegion(m.Region), node.WithPrice(m.Price, m.Currency))
+		if i == 0 && cfg.Slurm != nil {
+			opts = append(opts, node.WithExecutors(node.ExecReserve, node.ExecSlurm))
+		}
 		if boot != nil {
 			opts = append(opts, node.WithBootstrap(boot...))
 		}

@@ -66,6 +66,12 @@ type Workload struct {
 	WritableRoot bool
 	// Limits are the resources the lease bought (docker only).
 	Limits Limits
+	// End is when the lease ends (zero: not known); a scheduler's executor
+	// (slurm) makes it the job's time limit.
+	End time.Time
+	// Spot says the lease may be preempted; a scheduler's executor (slurm)
+	// places it in its preemptible partition.
+	Spot bool
 	// Stdout and Stderr receive the workload's output; nil discards it.
 	Stdout, Stderr io.Writer
 }

@@ -11,7 +11,7 @@ import (
 // GPUs, as it travels from buyer to provider and is kept with the lease:
 // the executor to use and its inputs. The provider's executor runs it.
 type Spec struct {
-	// Executor is "process" or "docker"; empty: docker when Image is set,
+	// Executor is "process", "docker" or "slurm"; empty: docker when Image is set,
 	// process otherwise.
 	Executor string `json:"executor,omitempty"`
 	// Command is the argv (process), or the container's command (docker;
@@ -67,8 +67,15 @@ func (w Spec) Validate() error {
 		if w.Image == "" {
 			return errors.New("workload: the docker executor needs an image")
 		}
+	case Slurm:
+		if len(w.Command) == 0 {
+			return errors.New("workload: the slurm executor needs a command (its batch script)")
+		}
+		if w.Image != "" || len(w.Ports) > 0 || w.SSHKey != "" || w.WritableRoot {
+			return errors.New("workload: the slurm executor runs a command: no image, ports, SSH key or writable root")
+		}
 	default:
-		return fmt.Errorf("workload: unknown executor %q (want process or docker)", w.Executor)
+		return fmt.Errorf("workload: unknown executor %q (want process, docker or slurm)", w.Executor)
 	}
 	size := 0
 	for _, a := range w.Command {

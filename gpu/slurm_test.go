@@ -1,0 +1,201 @@
+package gpu
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// testCluster is the cluster contrib/slurm/slurm-up.sh started
+// (SLURM_CONF); skipped without one unless CI is set.
+func testCluster(t *testing.T) Slurm {
+	t.Helper()
+	conf := os.Getenv("SLURM_CONF")
+	if _, err := exec.LookPath("sinfo"); conf == "" || err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("CI is set but no Slurm cluster is (SLURM_CONF, sinfo): .ci/run starts one with contrib/slurm/slurm-up.sh")
+		}
+		t.Skip("no Slurm cluster: run contrib/slurm/slurm-up.sh DIR and set SLURM_CONF")
+	}
+	lockCluster(t, conf)
+	return Slurm{Conf: conf}
+}
+
+// lockCluster holds the cluster for this test alone until it ends: go
+// test runs packages in parallel, and the GPU counts the tests check
+// assume no other test's jobs.
+func lockCluster(t *testing.T, conf string) {
+	f, err := os.OpenFile(filepath.Join(filepath.Dir(conf), "tests.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+}
+
+// confGPUs reads the node's gres the way the config states it:
+// "Gres=gpu:TYPE:N" on the NodeName line of slurm.conf.
+func confGPUs(t *testing.T, conf string) (node, typ string, n int) {
+	t.Helper()
+	b, err := os.ReadFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "NodeName=") {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "NodeName="); ok {
+				node = v
+			}
+			if v, ok := strings.CutPrefix(f, "Gres="); ok {
+				g, err := ParseGres(v)
+				if err != nil || len(g) != 1 {
+					t.Fatalf("config gres %q: %v", v, err)
+				}
+				typ, n = g[0].Type, g[0].Count
+			}
+		}
+	}
+	if node == "" || n == 0 {
+		t.Fatalf("%s has no node with gpu gres", conf)
+	}
+	return node, typ, n
+}
+
+// TestSlurmInventory: the inventory matches the cluster's config, maps
+// the gres type to the configured market key, and leaves out the GPUs a
+// cluster user's job holds but not those of Suanli's own lease jobs.
+func TestSlurmInventory(t *testing.T) {
+	s := testCluster(t)
+	node, typ, n := confGPUs(t, s.Conf)
+	b, err := OpenSlurm(context.Background(), SlurmBackendConfig{Slurm: s, JobPrefix: "suanli-",
+		Markets: map[string]string{typ: "nvidia-h100-sxm5-80gb"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := b.Inventory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inv.Backend != "slurm:"+b.Cluster() || len(inv.Devices) != n {
+		t.Fatalf("inventory %s with %d GPUs, want slurm:%s with %d", inv.Backend, len(inv.Devices), b.Cluster(), n)
+	}
+	for i, d := range inv.Devices {
+		g, err := ParseSlurmUUID(d.UUID)
+		if err != nil || g.Node != node || g.Type != typ || g.Index != i || g.Cluster != b.Cluster() {
+			t.Errorf("device %d: %+v (%v)", i, g, err)
+		}
+		if d.Market != "nvidia-h100-sxm5-80gb" || d.MemoryBytes != 80<<30 {
+			t.Errorf("device %d: market %q memory %d", i, d.Market, d.MemoryBytes)
+		}
+	}
+	hold := func(name string, k int) string {
+		t.Helper()
+		out, err := s.Run(context.Background(), []byte("#!/bin/sh\nexec sleep 300\n"), "sbatch", "--parsable",
+			"--job-name="+name, "--output=/dev/null", "--gres=gpu:"+typ+":"+string(rune('0'+k)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := strings.TrimSpace(string(out))
+		t.Cleanup(func() { s.Run(context.Background(), nil, "scancel", "--signal=KILL", "--full", id) })
+		waitSlurm(t, func() bool {
+			jobs, _ := s.Jobs(context.Background())
+			return slices.ContainsFunc(jobs, func(j SlurmJob) bool { return j.ID == id && j.State == "RUNNING" })
+		})
+		return id
+	}
+	hold("cluster-user", 3)
+	hold("suanli-lease", 2)
+	inv, err = b.Inventory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(inv.Devices) != n-3 {
+		t.Fatalf("with a cluster user's job on 3 GPUs and a lease's on 2: %d GPUs offered, want %d", len(inv.Devices), n-3)
+	}
+}
+
+func waitSlurm(t *testing.T, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting on Slurm")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestParseGres(t *testing.T) {
+	for in, want := range map[string][]SlurmGres{
+		"gpu:h100:8(S:0-1)": {{Type: "h100", Count: 8}},
+		"gpu:4":             {{Count: 4}},
+		"gpu:h100:2(IDX:0-1,5),gpu:a100:1(IDX:N/A)": {{Type: "h100", Count: 2, Used: []int{0, 1, 5}}, {Type: "a100", Count: 1}},
+		"nic:2,gpu:l4:1(IDX:3)":                     {{Type: "l4", Count: 1, Used: []int{3}}},
+		"(null)":                                    nil,
+	} {
+		got, err := ParseGres(in)
+		if err != nil || !slices.EqualFunc(got, want, func(a, b SlurmGres) bool {
+			return a.Type == b.Type && a.Count == b.Count && slices.Equal(a.Used, b.Used)
+		}) {
+			t.Errorf("ParseGres(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"gpu:h100:x", "gpu:h100:2(IDX:3-1)", "gpu:a:b:c:1", "gpu:1(IDX:-4)"} {
+		if _, err := ParseGres(bad); err == nil {
+			t.Errorf("ParseGres(%q) accepted", bad)
+		}
+	}
+	g := SlurmGPU{Cluster: "c", Node: "n-1", Type: "h100", Index: 7}
+	if back, err := ParseSlurmUUID(g.UUID()); err != nil || back != g {
+		t.Errorf("UUID round trip: %+v, %v", back, err)
+	}
+	for _, bad := range []string{"GPU-1234", "slurm:c:n:h100", "slurm::n:t:1", "slurm:c:n:t:-1"} {
+		if _, err := ParseSlurmUUID(bad); err == nil {
+			t.Errorf("ParseSlurmUUID(%q) accepted", bad)
+		}
+	}
+}
+
+func FuzzParseGres(f *testing.F) {
+	f.Add("gpu:h100:2(IDX:0-1,5),gpu:a100:1(IDX:N/A)")
+	f.Add("gpu:4(S:0)")
+	f.Add("gpu:x:99999999(IDX:0-99999999)")
+	f.Fuzz(func(t *testing.T, s string) {
+		gs, err := ParseGres(s)
+		if err != nil {
+			return
+		}
+		for _, g := range gs {
+			if g.Count < 0 || !slices.IsSorted(g.Used) {
+				t.Fatalf("%q: %+v", s, g)
+			}
+		}
+	})
+}
+
+func FuzzParseSlurmJSON(f *testing.F) {
+	f.Add([]byte(`{"jobs":[{"job_id":7,"name":"suanli-x","job_state":"RUNNING","exit_code":768,"gres_detail":["gpu:h100:2(IDX:0-1)"],"job_resources":{"allocated_nodes":[{"nodename":"vm"}]}}]}`))
+	f.Add([]byte(`{"nodes":[{"name":"vm","state":"mixed","gres":"gpu:h100:8","gres_used":"gpu:h100:2(IDX:0-1)"}]}`))
+	f.Add([]byte(`{"jobs":[{"job_id":"x"}]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if jobs, err := ParseSqueue(b); err == nil {
+			for _, j := range jobs {
+				if j.ExitCode < 0 || j.ExitCode > 255 || j.Signal < 0 {
+					t.Fatalf("job %+v", j)
+				}
+			}
+		}
+		parseSinfo(b)
+	})
+}
