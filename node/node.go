@@ -19,6 +19,7 @@ import (
 	"github.com/suanli/suanli/gpu"
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/executor"
 	"github.com/suanli/suanli/node/internal/attestor"
 	"github.com/suanli/suanli/node/internal/exchange"
 	"github.com/suanli/suanli/node/internal/httpapi"
@@ -51,10 +52,10 @@ type options struct {
 	now        func() time.Time
 	verdictTTL time.Duration // see WithAttestWindow
 	// Leases (see lease.go).
-	executors   []string
-	docker      *DockerConfig
-	processUser string
-	perGPU      perGPU
+	executors []string
+	docker    *DockerConfig
+	process   executor.ProcessConfig
+	perGPU    perGPU
 	// Preemption (see preempt.go).
 	preemptNotice time.Duration
 	preemptMargin *int64

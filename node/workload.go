@@ -61,8 +61,16 @@ func decodeExecRequest(body []byte) (execRequest, error) {
 func (n *Node) newExecutors(o options) (map[string]Executor, error) {
 	execs := map[string]Executor{ExecReserve: executor.ReserveExecutor{}}
 	if slices.Contains(o.executors, ExecProcess) {
-		execs[ExecProcess] = &executor.ProcessExecutor{User: o.processUser, OnBusy: n.setBusy,
-			WorkRoot: filepath.Join(os.TempDir(), "suanli-work")}
+		pc := o.process
+		pc.OnBusy, pc.Owner = n.setBusy, n.host.ID().String()
+		if pc.WorkRoot == "" {
+			pc.WorkRoot = filepath.Join(os.TempDir(), "suanli-work")
+		}
+		p, err := executor.NewProcess(pc)
+		if err != nil {
+			return nil, fmt.Errorf("node: process executor: %w", err)
+		}
+		execs[ExecProcess] = p
 	}
 	if slices.Contains(o.executors, ExecDocker) {
 		cfg := DockerConfig{}
