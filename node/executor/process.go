@@ -23,9 +23,10 @@ import (
 )
 
 var (
-	_ Adopter   = (*ProcessExecutor)(nil)
-	_ Execution = (*processRun)(nil)
-	_ Detacher  = (*processRun)(nil)
+	_ Adopter     = (*ProcessExecutor)(nil)
+	_ Execution   = (*processRun)(nil)
+	_ Detacher    = (*processRun)(nil)
+	_ LogFollower = (*processRun)(nil)
 )
 
 // Default uid range of the process executor: one unprivileged uid per
@@ -584,7 +585,8 @@ type processRun struct {
 }
 
 // tail copies what the workload writes to its output files to the
-// lease's writers, from the given offsets, until the run ends.
+// lease's writers, from the given offsets, until the run ends, and keeps
+// marks of how far the output had come when, for FollowLogs.
 func (r *processRun) tail(outFrom, errFrom int64) {
 	for _, t := range []struct {
 		file string
@@ -594,26 +596,93 @@ func (r *processRun) tail(outFrom, errFrom int64) {
 		if t.to == nil {
 			continue
 		}
-		f, err := os.Open(filepath.Join(r.state, t.file))
-		if err != nil {
-			continue
-		}
-		f.Seek(t.from, io.SeekStart)
 		r.tails.Add(1)
 		go func() {
 			defer r.tails.Done()
-			defer f.Close()
-			for {
-				io.Copy(t.to, f)
-				select {
-				case <-r.stopTail:
-					io.Copy(t.to, f) // the last lines
-					return
-				case <-time.After(50 * time.Millisecond):
-				}
-			}
+			tailFile(filepath.Join(r.state, t.file), t.from, t.to, r.stopTail, nil)
 		}()
 	}
+	r.tails.Add(1)
+	go func() {
+		defer r.tails.Done()
+		r.markOutput()
+	}()
+}
+
+// tailFile copies path from offset from to w until stop or ctx closes,
+// then what is left.
+func tailFile(path string, from int64, w io.Writer, stop <-chan struct{}, ctx <-chan struct{}) {
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	f.Seek(from, io.SeekStart)
+	for {
+		io.Copy(w, f)
+		select {
+		case <-stop:
+			io.Copy(w, f) // the last lines
+			return
+		case <-ctx:
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// markOutput appends to the state's marks file, while the run is watched,
+// the time and the output files' sizes whenever they grow: FollowLogs
+// starts from the last mark at or before the time asked for, so a buyer
+// reattaching after a restart gets what it missed (and perhaps again up to
+// a quarter second of what it had).
+func (r *processRun) markOutput() {
+	f, err := os.OpenFile(filepath.Join(r.state, "marks"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	var lo, le int64 = -1, -1
+	for {
+		o, e := fileSize(filepath.Join(r.state, "stdout")), fileSize(filepath.Join(r.state, "stderr"))
+		if o != lo || e != le {
+			fmt.Fprintf(f, "%d %d %d\n", time.Now().UnixMilli(), lo, le)
+			lo, le = o, e
+		}
+		select {
+		case <-r.stopTail:
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// FollowLogs implements LogFollower: the output since since (to within a
+// quarter second), until the workload ends or ctx is done.
+func (r *processRun) FollowLogs(ctx context.Context, since time.Time, stdout, stderr io.Writer) error {
+	var from [2]int64
+	if b, err := os.ReadFile(filepath.Join(r.state, "marks")); err == nil && !since.IsZero() {
+		for _, line := range strings.Split(string(b), "\n") {
+			var t, o, e int64
+			if n, _ := fmt.Sscan(line, &t, &o, &e); n != 3 || t > since.UnixMilli() {
+				continue
+			}
+			from = [2]int64{max(o, 0), max(e, 0)}
+		}
+	}
+	var wg sync.WaitGroup
+	for i, t := range []struct {
+		file string
+		to   io.Writer
+	}{{"stdout", stdout}, {"stderr", stderr}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tailFile(filepath.Join(r.state, t.file), from[i], orDiscard(t.to), r.stopTail, ctx.Done())
+		}()
+	}
+	wg.Wait()
+	return ctx.Err()
 }
 
 // exited is called once the main process has ended: whatever it left in
