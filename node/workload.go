@@ -97,6 +97,18 @@ func (n *Node) newExecutors(o options) (map[string]Executor, error) {
 		if !nvidia && !cfg.EnvOnlyGPUs {
 			n.log.Warn("the container engine has no NVIDIA runtime: docker leases will be refused")
 		}
+		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+		iso, err := d.Isolation(ctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("node: docker executor: %w", err)
+		}
+		if !iso.UserNS {
+			n.log.Warn("the container engine does not remap user namespaces: a container's root is the host's root, held back only by dropped capabilities (set userns-remap, see README)")
+		}
+		if !iso.DiskQuota {
+			n.log.Warn("the container engine's storage has no quota: the disk sold is a memory-backed /scratch, and leases asking for a writable root are refused when disk is sold", "driver", iso.StorageDriver)
+		}
 		execs[ExecDocker] = d
 	} else if o.docker != nil {
 		return nil, errors.New("node: WithDocker without WithExecutors(\"docker\")")

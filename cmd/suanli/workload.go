@@ -19,7 +19,7 @@ type execFlags struct {
 	executors                   listFlag
 	images                      listFlag
 	portRange, portBind, portAt string
-	envOnly                     bool
+	envOnly, openEgress         bool
 	pullTimeout                 time.Duration
 	processUser, processUIDs    string
 	vcpus                       string
@@ -37,6 +37,7 @@ func (f *execFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.portBind, "port-bind", "127.0.0.1", "docker: host `address` published ports listen on (0.0.0.0 to serve remote buyers)")
 	fs.StringVar(&f.portAt, "port-host", "", "docker: `host` buyers are told to reach published ports at (default the bind address)")
 	fs.BoolVar(&f.envOnly, "docker-env-only-gpus", false, "docker: on an engine without the NVIDIA runtime, run containers with the GPU UUIDs in their environment only (simulated GPUs only)")
+	fs.BoolVar(&f.openEgress, "docker-open-private-egress", false, "docker: let containers reach the host, private and link-local (cloud metadata) addresses, blocked by default")
 	fs.DurationVar(&f.pullTimeout, "pull-timeout", executor.DefaultPullTimeout, "docker: time allowed to pull a missing image, before billing starts")
 	fs.StringVar(&f.processUser, "process-user", "", "process: run workloads as this unprivileged `user`, one lease at a time (never root or the daemon's own uid)")
 	fs.StringVar(&f.processUIDs, "process-uids", "", "process: run each lease as its own uid from this `range`, e.g. 1900000000-1900000999 (the default; no account may use them)")
@@ -77,7 +78,7 @@ func (f *execFlags) options(sim bool) ([]node.Option, error) {
 			return nil, fmt.Errorf("%w: --port-range: %v", errUsage, err)
 		}
 		opts = append(opts, node.WithDocker(node.DockerConfig{Images: pol, PortMin: lo, PortMax: hi, BindIP: f.portBind,
-			AdvertiseHost: f.portAt, EnvOnlyGPUs: f.envOnly, PullTimeout: f.pullTimeout}))
+			AdvertiseHost: f.portAt, EnvOnlyGPUs: f.envOnly, PullTimeout: f.pullTimeout, OpenPrivateEgress: f.openEgress}))
 	}
 	if f.processUser != "" && f.processUIDs != "" {
 		return nil, fmt.Errorf("%w: --process-user and --process-uids conflict", errUsage)
