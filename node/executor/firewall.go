@@ -23,8 +23,8 @@ var blockedEgress = []string{
 // the same tool (and backend) the Docker Engine uses. Every rule carries
 // the comment suanli-lease=<lease>, by which it is found again.
 type firewall struct {
-	bin string
-	mu  sync.Mutex
+	bin, restore string
+	mu           sync.Mutex
 }
 
 // newFirewall finds iptables and the DOCKER-USER chain the engine makes.
@@ -33,7 +33,11 @@ func newFirewall() (*firewall, error) {
 	if err != nil {
 		return nil, errors.New("executor: iptables is not installed: a lease's containers cannot be kept from the host, the LAN and the cloud metadata address (install iptables, or open private egress)")
 	}
-	f := &firewall{bin: bin}
+	restore, err := exec.LookPath("iptables-restore")
+	if err != nil {
+		return nil, errors.New("executor: iptables-restore is not installed (it comes with iptables)")
+	}
+	f := &firewall{bin: bin, restore: restore}
 	if _, err := f.run("-S", "DOCKER-USER"); err != nil {
 		return nil, fmt.Errorf("executor: the engine's DOCKER-USER chain is missing (is the engine's iptables integration off?): %v", err)
 	}
@@ -46,6 +50,35 @@ func (f *firewall) run(args ...string) (string, error) {
 		return "", fmt.Errorf("iptables %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return string(out), nil
+}
+
+// apply runs the rules (iptables arguments, -I/-D included) on the filter
+// table in one transaction.
+func (f *firewall) apply(rules [][]string) error {
+	if len(rules) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("*filter\n")
+	for _, r := range rules {
+		for i, a := range r {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			if strings.ContainsAny(a, " \"") || a == "" {
+				a = `"` + strings.ReplaceAll(a, `"`, `\"`) + `"`
+			}
+			b.WriteString(a)
+		}
+		b.WriteByte('\n')
+	}
+	b.WriteString("COMMIT\n")
+	cmd := exec.Command(f.restore, "-w", "5", "--noflush")
+	cmd.Stdin = strings.NewReader(b.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("iptables-restore: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 // bridgeName is the Linux bridge of a lease's network (at most 15 bytes).
@@ -83,13 +116,14 @@ func leaseRules(lease string, openPrivate bool) [][]string {
 func (f *firewall) add(lease string, openPrivate bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	rs := leaseRules(lease, openPrivate)
+	var batch [][]string
 	pos := map[string]int{}
-	for _, r := range rs {
+	for _, r := range leaseRules(lease, openPrivate) {
 		pos[r[0]]++
-		if _, err := f.run(append([]string{"-I", r[0], fmt.Sprint(pos[r[0]])}, r[1:]...)...); err != nil {
-			return fmt.Errorf("%w: firewall: %v", ErrEngine, err)
-		}
+		batch = append(batch, append([]string{"-I", r[0], fmt.Sprint(pos[r[0]])}, r[1:]...))
+	}
+	if err := f.apply(batch); err != nil {
+		return fmt.Errorf("%w: firewall: %v", ErrEngine, err)
 	}
 	return nil
 }
@@ -120,17 +154,13 @@ func (f *firewall) remove(lease string) error {
 	if err != nil {
 		return err
 	}
-	var errs []error
+	var batch [][]string
 	for _, r := range rules {
-		spec, ok := strings.CutPrefix(r, "-A ")
-		if !ok {
-			continue
-		}
-		if _, err := f.run(append([]string{"-D"}, splitRule(spec)...)...); err != nil {
-			errs = append(errs, err)
+		if spec, ok := strings.CutPrefix(r, "-A "); ok {
+			batch = append(batch, append([]string{"-D"}, splitRule(spec)...))
 		}
 	}
-	return errors.Join(errs...)
+	return f.apply(batch)
 }
 
 // splitRule splits a rule as iptables -S prints it, with quoted words.
