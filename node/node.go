@@ -219,21 +219,23 @@ func WithClock(now func() time.Time) Option {
 // Node is one Suanli peer: provider when it has GPUs, buyer always.
 // Its methods are safe for concurrent use.
 type Node struct {
-	repo     string
-	key      crypto.PrivKey
-	lock     *os.File
-	store    *store.Store
-	host     host.Host
-	dht      *p2p.DHT
-	gpus     gpu.Backend // nil: buyer only
-	noGPU    error       // why gpus is nil
-	region   string
-	price    market.Money
-	offerTTL time.Duration
-	now      func() time.Time
-	log      *slog.Logger
-	metrics  *metrics
-	api      *httpapi.Server
+	// isolation is what the executors enforce (set once at start).
+	isolation *api.IsolationView
+	repo      string
+	key       crypto.PrivKey
+	lock      *os.File
+	store     *store.Store
+	host      host.Host
+	dht       *p2p.DHT
+	gpus      gpu.Backend // nil: buyer only
+	noGPU     error       // why gpus is nil
+	region    string
+	price     market.Money
+	offerTTL  time.Duration
+	now       func() time.Time
+	log       *slog.Logger
+	metrics   *metrics
+	api       *httpapi.Server
 
 	ctx       context.Context
 	cancel    context.CancelFunc
