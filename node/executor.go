@@ -56,10 +56,29 @@ func WithDocker(cfg DockerConfig) Option {
 	return func(o *options) error { o.docker = &cfg; return nil }
 }
 
-// WithProcessUser runs process workloads as user (a name or uid) rather
-// than as the daemon's own user.
+// WithProcessUser runs process workloads as user (a name or uid), one
+// lease at a time, rather than each as a uid of its own range; it may not
+// be root or the daemon's own uid.
 func WithProcessUser(user string) Option {
-	return func(o *options) error { o.processUser = user; return nil }
+	return func(o *options) error { o.process.User = user; return nil }
+}
+
+// WithProcessUIDs sets the uids process workloads run as, one per lease
+// (default executor.DefaultUIDMin–DefaultUIDMax); no account may use them.
+func WithProcessUIDs(lo, hi uint32) Option {
+	return func(o *options) error {
+		if lo == 0 || hi < lo {
+			return fmt.Errorf("node: process uid range %d-%d", lo, hi)
+		}
+		o.process.UIDMin, o.process.UIDMax = lo, hi
+		return nil
+	}
+}
+
+// WithProcessConfig configures the process executor in full (tests: a
+// work root and cgroup parent of their own).
+func WithProcessConfig(cfg executor.ProcessConfig) Option {
+	return func(o *options) error { o.process = cfg; return nil }
 }
 
 // WithResourcesPerGPU sets what each leased GPU comes with on this

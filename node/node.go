@@ -20,6 +20,7 @@ import (
 	"github.com/suanli/suanli/gpu"
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/executor"
 	"github.com/suanli/suanli/node/internal/attestor"
 	"github.com/suanli/suanli/node/internal/exchange"
 	"github.com/suanli/suanli/node/internal/httpapi"
@@ -53,11 +54,11 @@ type options struct {
 	now        func() time.Time
 	verdictTTL time.Duration // see WithAttestWindow
 	// Leases (see lease.go).
-	executors   []string
-	docker      *DockerConfig
-	slurm       *SlurmConfig
-	processUser string
-	perGPU      perGPU
+	executors []string
+	docker    *DockerConfig
+	slurm     *SlurmConfig
+	process   executor.ProcessConfig
+	perGPU    perGPU
 	// Preemption (see preempt.go).
 	preemptNotice time.Duration
 	preemptMargin *int64
@@ -240,21 +241,23 @@ func WithClock(now func() time.Time) Option {
 // Node is one Suanli peer: provider when it has GPUs, buyer always.
 // Its methods are safe for concurrent use.
 type Node struct {
-	repo     string
-	key      crypto.PrivKey
-	lock     *os.File
-	store    *store.Store
-	host     host.Host
-	dht      *p2p.DHT
-	gpus     gpu.Backend // nil: buyer only
-	noGPU    error       // why gpus is nil
-	region   string
-	price    market.Money
-	offerTTL time.Duration
-	now      func() time.Time
-	log      *slog.Logger
-	metrics  *metrics
-	api      *httpapi.Server
+	// isolation is what the executors enforce (set once at start).
+	isolation *api.IsolationView
+	repo      string
+	key       crypto.PrivKey
+	lock      *os.File
+	store     *store.Store
+	host      host.Host
+	dht       *p2p.DHT
+	gpus      gpu.Backend // nil: buyer only
+	noGPU     error       // why gpus is nil
+	region    string
+	price     market.Money
+	offerTTL  time.Duration
+	now       func() time.Time
+	log       *slog.Logger
+	metrics   *metrics
+	api       *httpapi.Server
 
 	ctx       context.Context
 	cancel    context.CancelFunc

@@ -19,6 +19,9 @@ func (n *Node) Status(ctx context.Context) (_ api.StatusView, err error) {
 	}
 	v := api.StatusView{ID: id.ID, Provider: id.Provider, NoGPUReason: id.NoGPUReason, Peers: len(n.host.Network().Peers()), Markets: []string{}, Owed: []api.OwedView{}}
 	v.Markets = append(v.Markets, n.books.Markets()...)
+	if n.IsProvider() {
+		v.Isolation = n.isolation
+	}
 	if o := n.Published(); o != nil {
 		v.Offer = &api.PublishedOffer{Seq: o.Seq, GPUs: len(o.Gpus), Region: o.Region, Currency: o.GetPricing().GetCurrency(),
 			Price:   market.FormatMicros(o.GetPricing().GetOnDemandMicros(), o.GetPricing().GetCurrency()),

@@ -57,12 +57,68 @@ func decodeExecRequest(body []byte) (execRequest, error) {
 	return req, nil
 }
 
+// isolationLevels orders the levels, weakest first.
+var isolationLevels = []string{api.IsolationNone, api.IsolationProcess, api.IsolationContainer, api.IsolationContainerUserNS}
+
+// addIsolation records what an executor enforces; the node's level is the
+// weakest of the executors that run buyer code.
+func (n *Node) addIsolation(e api.ExecutorIsolation) {
+	if n.isolation == nil {
+		n.isolation = &api.IsolationView{Level: api.IsolationNone}
+	}
+	if len(n.isolation.Executors) == 0 || slices.Index(isolationLevels, e.Level) < slices.Index(isolationLevels, n.isolation.Level) {
+		n.isolation.Level = e.Level
+	}
+	n.isolation.Executors = append(n.isolation.Executors, e)
+}
+
+func processIsolation(p *executor.ProcessExecutor) api.ExecutorIsolation {
+	iso := p.Isolation()
+	who := "each lease its own uid of " + iso.UIDs
+	if iso.User != "" {
+		who = "the account " + iso.User + ", one lease at a time"
+	}
+	return api.ExecutorIsolation{Executor: ExecProcess, Level: api.IsolationProcess,
+		Enforced: []string{
+			"runs as " + who + ", never the daemon's uid",
+			"cgroup " + iso.Cgroups + " per lease: CPU, memory and processes sold are limits; Stop ends every descendant (setsid, double fork)",
+			"private 0700 work dir under " + iso.WorkRoot + ", scrubbed environment",
+		},
+		NotEnforced: []string{"disk sold", "network: the workload shares the host's network", "the host's files readable by any user"},
+	}
+}
+
+func dockerIsolation(iso executor.DockerIsolation) api.ExecutorIsolation {
+	e := api.ExecutorIsolation{Executor: ExecDocker, Level: api.IsolationContainer,
+		Enforced: []string{"container per lease, capabilities dropped, no new privileges, read-only root", iso.Network, iso.Disk, "logs capped at " + iso.Logs}}
+	if iso.UserNS {
+		e.Level = api.IsolationContainerUserNS
+		e.Enforced = append(e.Enforced, "user namespaces: a container's root is an unprivileged host uid")
+	} else {
+		e.NotEnforced = append(e.NotEnforced, "user namespaces: a container's root is the host's root (set userns-remap)")
+	}
+	if !iso.DiskQuota {
+		e.NotEnforced = append(e.NotEnforced, "storage quota on "+iso.StorageDriver+": no writable root when disk is sold")
+	}
+	return e
+}
+
 // newExecutors builds the executors the provider allows.
 func (n *Node) newExecutors(o options) (map[string]Executor, error) {
 	execs := map[string]Executor{ExecReserve: executor.ReserveExecutor{}}
+	n.isolation = &api.IsolationView{Level: api.IsolationNone, Executors: []api.ExecutorIsolation{}}
 	if slices.Contains(o.executors, ExecProcess) {
-		execs[ExecProcess] = &executor.ProcessExecutor{User: o.processUser, OnBusy: n.setBusy,
-			WorkRoot: filepath.Join(os.TempDir(), "suanli-work")}
+		pc := o.process
+		pc.OnBusy, pc.Owner = n.setBusy, n.host.ID().String()
+		if pc.WorkRoot == "" {
+			pc.WorkRoot = filepath.Join(os.TempDir(), "suanli-work")
+		}
+		p, err := executor.NewProcess(pc)
+		if err != nil {
+			return nil, fmt.Errorf("node: process executor: %w", err)
+		}
+		execs[ExecProcess] = p
+		n.addIsolation(processIsolation(p))
 	}
 	if slices.Contains(o.executors, ExecDocker) {
 		cfg := DockerConfig{}
@@ -88,6 +144,19 @@ func (n *Node) newExecutors(o options) (map[string]Executor, error) {
 		}
 		if !nvidia && !cfg.EnvOnlyGPUs {
 			n.log.Warn("the container engine has no NVIDIA runtime: docker leases will be refused")
+		}
+		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+		iso, err := d.Isolation(ctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("node: docker executor: %w", err)
+		}
+		n.addIsolation(dockerIsolation(iso))
+		if !iso.UserNS {
+			n.log.Warn("the container engine does not remap user namespaces: a container's root is the host's root, held back only by dropped capabilities (set userns-remap, see README)")
+		}
+		if !iso.DiskQuota {
+			n.log.Warn("the container engine's storage has no quota: the disk sold is a memory-backed /scratch, and leases asking for a writable root are refused when disk is sold", "driver", iso.StorageDriver)
 		}
 		execs[ExecDocker] = d
 	} else if o.docker != nil {

@@ -93,6 +93,17 @@ func cmdStatus(e *env, args []string) error {
 	}
 	fmt.Fprintf(tw, "open orders\t%d (of %d)\n", st.OpenOrders, st.Orders)
 	fmt.Fprintf(tw, "running leases\t%d (of %d)\n", st.RunningLeases, st.Leases)
+	if iso := st.Isolation; iso != nil {
+		fmt.Fprintf(tw, "isolation\t%s\n", iso.Level)
+		for _, e := range iso.Executors {
+			for _, s := range e.Enforced {
+				fmt.Fprintf(tw, "  %s (%s)\tenforced: %s\n", e.Executor, e.Level, s)
+			}
+			for _, s := range e.NotEnforced {
+				fmt.Fprintf(tw, "  %s (%s)\tNOT enforced: %s\n", e.Executor, e.Level, s)
+			}
+		}
+	}
 	if len(st.Owed) == 0 {
 		fmt.Fprintf(tw, "owed\tnothing\n")
 	}

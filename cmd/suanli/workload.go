@@ -19,9 +19,9 @@ type execFlags struct {
 	executors                   listFlag
 	images                      listFlag
 	portRange, portBind, portAt string
-	envOnly                     bool
+	envOnly, openEgress         bool
 	pullTimeout                 time.Duration
-	processUser                 string
+	processUser, processUIDs    string
 	vcpus                       string
 	ramGiB, diskGiB             uint64
 	notice                      time.Duration
@@ -37,8 +37,10 @@ func (f *execFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.portBind, "port-bind", "127.0.0.1", "docker: host `address` published ports listen on (0.0.0.0 to serve remote buyers)")
 	fs.StringVar(&f.portAt, "port-host", "", "docker: `host` buyers are told to reach published ports at (default the bind address)")
 	fs.BoolVar(&f.envOnly, "docker-env-only-gpus", false, "docker: on an engine without the NVIDIA runtime, run containers with the GPU UUIDs in their environment only (simulated GPUs only)")
+	fs.BoolVar(&f.openEgress, "docker-open-private-egress", false, "docker: let containers reach the host, private and link-local (cloud metadata) addresses, blocked by default")
 	fs.DurationVar(&f.pullTimeout, "pull-timeout", executor.DefaultPullTimeout, "docker: time allowed to pull a missing image, before billing starts")
-	fs.StringVar(&f.processUser, "process-user", "", "process: run workloads as this unprivileged `user`")
+	fs.StringVar(&f.processUser, "process-user", "", "process: run workloads as this unprivileged `user`, one lease at a time (never root or the daemon's own uid)")
+	fs.StringVar(&f.processUIDs, "process-uids", "", "process: run each lease as its own uid from this `range`, e.g. 1900000000-1900000999 (the default; no account may use them)")
 	fs.StringVar(&f.vcpus, "vcpus-per-gpu", "", "vCPUs sold with each GPU, a `decimal` (default: the host's cores shared out)")
 	fs.Uint64Var(&f.ramGiB, "ram-per-gpu", 0, "RAM in `GiB` sold with each GPU (default: the host's memory shared out)")
 	fs.Uint64Var(&f.diskGiB, "disk-per-gpu", 0, "scratch disk in `GiB` sold with each GPU (default: not stated)")
@@ -76,10 +78,22 @@ func (f *execFlags) options(sim bool) ([]node.Option, error) {
 			return nil, fmt.Errorf("%w: --port-range: %v", errUsage, err)
 		}
 		opts = append(opts, node.WithDocker(node.DockerConfig{Images: pol, PortMin: lo, PortMax: hi, BindIP: f.portBind,
-			AdvertiseHost: f.portAt, EnvOnlyGPUs: f.envOnly, PullTimeout: f.pullTimeout}))
+			AdvertiseHost: f.portAt, EnvOnlyGPUs: f.envOnly, PullTimeout: f.pullTimeout, OpenPrivateEgress: f.openEgress}))
+	}
+	if f.processUser != "" && f.processUIDs != "" {
+		return nil, fmt.Errorf("%w: --process-user and --process-uids conflict", errUsage)
 	}
 	if f.processUser != "" {
 		opts = append(opts, node.WithProcessUser(f.processUser))
+	}
+	if f.processUIDs != "" {
+		a, b, ok := strings.Cut(f.processUIDs, "-")
+		lo, err1 := strconv.ParseUint(a, 10, 32)
+		hi, err2 := strconv.ParseUint(b, 10, 32)
+		if !ok || err1 != nil || err2 != nil || lo == 0 || hi < lo {
+			return nil, fmt.Errorf("%w: --process-uids %q: want LOW-HIGH, 1 <= LOW <= HIGH", errUsage, f.processUIDs)
+		}
+		opts = append(opts, node.WithProcessUIDs(uint32(lo), uint32(hi)))
 	}
 	if f.notice != 0 {
 		if f.notice < time.Second || f.notice > time.Hour {

@@ -64,6 +64,8 @@ type StatusView struct {
 	// Owed is, per currency, what peers owe this node over every
 	// countersigned receipt less payments; negative when this node owes.
 	Owed []OwedView `json:"owed"`
+	// Isolation is what this provider's executors enforce.
+	Isolation *IsolationView `json:"isolation,omitempty"`
 }
 
 // OwedView is a net amount in one currency.

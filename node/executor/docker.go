@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/distribution/reference"
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
@@ -85,6 +87,10 @@ type DockerConfig struct {
 	EngineGrace time.Duration
 	// PidsLimit bounds a container's processes. Default DefaultPidsLimit.
 	PidsLimit int64
+	// OpenPrivateEgress lets containers reach the private, link-local
+	// (cloud metadata) and other non-public ranges and the host itself,
+	// which are blocked by default (with iptables rules per lease).
+	OpenPrivateEgress bool
 	// Client talks to the engine; default: from the environment
 	// (DOCKER_HOST, …), API version negotiated.
 	Client *client.Client
@@ -102,6 +108,11 @@ type DockerExecutor struct {
 	cfg   DockerConfig
 	cli   *client.Client
 	ports *portPool
+	fw    *firewall // nil when private egress is open
+	// quota is whether the engine's storage driver limits a container's
+	// writable layer (set by Isolation).
+	mu    sync.Mutex
+	quota bool
 }
 
 var (
@@ -141,6 +152,14 @@ func NewDocker(cfg DockerConfig) (*DockerExecutor, error) {
 	if cfg.EngineGrace <= 0 {
 		cfg.EngineGrace = DefaultEngineGrace
 	}
+	var fw *firewall
+	if !cfg.OpenPrivateEgress {
+		f, err := newFirewall()
+		if err != nil {
+			return nil, err
+		}
+		fw = f
+	}
 	cli := cfg.Client
 	if cli == nil {
 		c, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
@@ -149,7 +168,7 @@ func NewDocker(cfg DockerConfig) (*DockerExecutor, error) {
 		}
 		cli = c
 	}
-	return &DockerExecutor{cfg: cfg, cli: cli, ports: newPortPool(cfg.BindIP, cfg.PortMin, cfg.PortMax)}, nil
+	return &DockerExecutor{cfg: cfg, cli: cli, fw: fw, ports: newPortPool(cfg.BindIP, cfg.PortMin, cfg.PortMax)}, nil
 }
 
 // Name implements Executor.
@@ -170,6 +189,66 @@ func (d *DockerExecutor) Ping(ctx context.Context) (nvidia bool, err error) {
 	}
 	_, nvidia = info.Info.Runtimes["nvidia"]
 	return nvidia, nil
+}
+
+// DockerIsolation is what the engine enforces for a lease, as Isolation
+// finds it.
+type DockerIsolation struct {
+	// UserNS is whether the engine remaps containers' root to an
+	// unprivileged host uid (userns-remap); without it a container's root
+	// is the host's root, held back only by dropped capabilities.
+	UserNS bool `json:"userns"`
+	// StorageDriver is the engine's; DiskQuota whether it bounds a
+	// container's writable layer.
+	StorageDriver string `json:"storage_driver"`
+	DiskQuota     bool   `json:"disk_quota"`
+	// Disk says how the disk sold is enforced.
+	Disk string `json:"disk"`
+	// Network says how leases are kept apart and from the provider.
+	Network string `json:"network"`
+	// Logs is the cap on a lease's kept output.
+	Logs string `json:"logs"`
+}
+
+// quotaDrivers are storage drivers that bound a container's size
+// (overlay2 only on xfs with project quotas).
+var quotaDrivers = []string{"btrfs", "zfs", "devicemapper", "windowsfilter"}
+
+// Isolation asks the engine what it enforces, and remembers whether its
+// storage has quotas.
+func (d *DockerExecutor) Isolation(ctx context.Context) (DockerIsolation, error) {
+	info, err := d.cli.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return DockerIsolation{}, fmt.Errorf("%w: %v", ErrEngine, err)
+	}
+	iso := DockerIsolation{StorageDriver: info.Info.Driver, Logs: "16 MiB × 2 files per lease"}
+	for _, o := range info.Info.SecurityOptions {
+		if strings.Contains(o, "name=userns") {
+			iso.UserNS = true
+		}
+	}
+	iso.DiskQuota = slices.Contains(quotaDrivers, info.Info.Driver)
+	if info.Info.Driver == "overlay2" {
+		for _, kv := range info.Info.DriverStatus {
+			if kv[0] == "Backing Filesystem" && kv[1] == "xfs" {
+				iso.DiskQuota = true
+			}
+		}
+	}
+	if iso.DiskQuota {
+		iso.Disk = "the disk sold bounds /scratch and the writable layer (" + iso.StorageDriver + " quota)"
+	} else {
+		iso.Disk = "the disk sold bounds /scratch (memory-backed, counted in the lease's memory); no writable root when disk is sold: " + iso.StorageDriver + " has no quota"
+	}
+	if d.fw != nil {
+		iso.Network = "own network per lease, no traffic between containers; host, private, link-local and metadata addresses blocked"
+	} else {
+		iso.Network = "own network per lease, no traffic between containers; private egress open"
+	}
+	d.mu.Lock()
+	d.quota = iso.DiskQuota
+	d.mu.Unlock()
+	return iso, nil
 }
 
 // gpuAccess decides how the GPUs reach a container on this engine.
@@ -195,7 +274,7 @@ func (d *DockerExecutor) Admit(w Workload) error {
 	if err != nil {
 		return err
 	}
-	if !d.cfg.Images.AllowsName(n) && !d.cfg.Images.HasDigests() {
+	if ok, _ := d.cfg.Images.AllowsRef(n); !ok {
 		return fmt.Errorf("%w: image %s is not allowed by this provider", ErrRefused, n.String())
 	}
 	if len(w.Ports) > MaxPorts {
@@ -231,6 +310,7 @@ func (d *DockerExecutor) filter(lease string) client.Filters {
 }
 
 func containerName(lease string) string { return "suanli-" + lease }
+func networkName(lease string) string   { return "suanli-" + leaseName(lease) }
 func volumeName(lease, what string) string {
 	return "suanli-" + lease + "-" + what
 }
@@ -247,14 +327,23 @@ func (d *DockerExecutor) Start(ctx context.Context, w Workload) (_ Execution, er
 	if err != nil {
 		return nil, err
 	}
+	// Admit has checked the reference against the allow-list: nothing is
+	// pulled that the provider did not allow.
 	img, err := d.ensureImage(ctx, w.Image)
 	if err != nil {
 		return nil, err
 	}
 	named, _ := ParseImage(w.Image)
-	if !d.cfg.Images.AllowsName(named) && !d.cfg.Images.AllowsDigest(append([]string{img.ID}, img.RepoDigests...)...) {
-		return nil, fmt.Errorf("%w: image %s (%s) is not allowed by this provider", ErrRefused, w.Image, img.ID)
+	if _, byDigest := d.cfg.Images.AllowsRef(named); byDigest {
+		dg := named.(reference.Canonical).Digest().String()
+		if img.ID != dg && !slices.ContainsFunc(img.RepoDigests, func(r string) bool { return strings.HasSuffix(r, "@"+dg) }) {
+			return nil, fmt.Errorf("%w: image %s resolved to %s, which does not have the allowed digest", ErrRefused, w.Image, img.ID)
+		}
 	}
+	// The container is made from the image ID just checked, not from the
+	// reference, which could name another image by then.
+	ref := w.Image
+	w.Image = img.ID
 	defer func() {
 		if err != nil {
 			d.remove(context.WithoutCancel(ctx), w.LeaseID)
@@ -265,6 +354,7 @@ func (d *DockerExecutor) Start(ctx context.Context, w Workload) (_ Execution, er
 		return nil, err
 	}
 	run := d.newRun(w, id, access, img.ID, firstOr(img.RepoDigests))
+	run.info.Image = ref
 	run.info.Endpoints = ports
 	// The exit is watched from before the start, so a workload that exits
 	// at once is seen.
@@ -347,8 +437,12 @@ func (d *DockerExecutor) create(ctx context.Context, w Workload, access string) 
 	if w.SSHKey != "" {
 		caps = append(caps, sshCapAdd...)
 	}
+	netName, err := d.createNetwork(ctx, w.LeaseID)
+	if err != nil {
+		return "", nil, err
+	}
 	hc := &container.HostConfig{
-		NetworkMode:    "bridge",
+		NetworkMode:    container.NetworkMode(netName),
 		PortBindings:   network.PortMap{},
 		Privileged:     false,
 		ReadonlyRootfs: !w.WritableRoot,
@@ -368,8 +462,23 @@ func (d *DockerExecutor) create(ctx context.Context, w Workload, access string) 
 	if access == GPUAccessNvidia {
 		hc.Resources.DeviceRequests = []container.DeviceRequest{{Driver: "nvidia", DeviceIDs: w.GPUs, Capabilities: [][]string{{"gpu"}}}}
 	}
+	d.mu.Lock()
+	quota := d.quota
+	d.mu.Unlock()
+	scratchOpts := map[string]string(nil)
+	if w.Limits.DiskBytes > 0 {
+		// The disk sold: /scratch is a volume of exactly that size; the
+		// writable layer is bounded by the storage driver's quota, or not
+		// offered where the driver has none.
+		scratchOpts = map[string]string{"type": "tmpfs", "device": "tmpfs", "o": fmt.Sprintf("size=%d,mode=1777", w.Limits.DiskBytes)}
+		if quota {
+			hc.StorageOpt = map[string]string{"size": strconv.FormatInt(w.Limits.DiskBytes, 10)}
+		} else if w.WritableRoot {
+			return "", nil, fmt.Errorf("%w: a writable root cannot be bounded to the disk sold on this provider's storage driver (no quota): use /scratch", ErrRefused)
+		}
+	}
 	scratch := volumeName(w.LeaseID, "scratch")
-	if _, err := d.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: scratch, Labels: d.labels(w.LeaseID)}); err != nil {
+	if _, err := d.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: scratch, DriverOpts: scratchOpts, Labels: d.labels(w.LeaseID)}); err != nil {
 		return "", nil, fmt.Errorf("%w: create volume: %v", ErrEngine, err)
 	}
 	hc.Mounts = []mount.Mount{{Type: mount.TypeVolume, Source: scratch, Target: "/scratch"}}
@@ -410,6 +519,34 @@ func (d *DockerExecutor) create(ctx context.Context, w Workload, access string) 
 	return res.ID, eps, nil
 }
 
+// createNetwork makes the lease's own bridge network, with traffic
+// between its containers off, and its firewall rules: a lease reaches no
+// other lease, nor (unless opened) the host, the LAN or the cloud's
+// metadata address.
+func (d *DockerExecutor) createNetwork(ctx context.Context, lease string) (string, error) {
+	name := networkName(lease)
+	_, err := d.cli.NetworkCreate(ctx, name, client.NetworkCreateOptions{
+		Driver: "bridge",
+		Labels: d.labels(lease),
+		Options: map[string]string{
+			"com.docker.network.bridge.enable_icc": "false",
+			"com.docker.network.bridge.name":       bridgeName(lease),
+		},
+	})
+	if err != nil {
+		if strings.Contains(err.Error(), "address pool") || strings.Contains(err.Error(), "overlap") {
+			return "", fmt.Errorf("%w: no free address range for the lease's network: %v", ErrRefused, err)
+		}
+		return "", fmt.Errorf("%w: create network: %v", ErrEngine, err)
+	}
+	if d.fw != nil {
+		if err := d.fw.add(lease, false); err != nil {
+			return "", err
+		}
+	}
+	return name, nil
+}
+
 // copyAuthorizedKeys writes the buyer's key as /root/.ssh/authorized_keys
 // (0600, owned by root) into the lease's ssh volume.
 func (d *DockerExecutor) copyAuthorizedKeys(ctx context.Context, id, key string) error {
@@ -437,6 +574,20 @@ func (d *DockerExecutor) remove(ctx context.Context, lease string) error {
 	}
 	for _, c := range cs.Items {
 		if _, err := d.cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	if d.fw != nil {
+		if err := d.fw.remove(lease); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	ns, err := d.cli.NetworkList(ctx, client.NetworkListOptions{Filters: f})
+	if err != nil {
+		return fmt.Errorf("%w: list networks: %v", ErrEngine, err)
+	}
+	for _, n := range ns.Items {
+		if _, err := d.cli.NetworkRemove(ctx, n.ID, client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
 			errs = append(errs, err)
 		}
 	}
@@ -477,9 +628,6 @@ func (d *DockerExecutor) Adopt(ctx context.Context, w Workload, handle string) (
 			access = GPUAccessNvidia
 		}
 		run := d.newRun(w, c.ID, access, ins.Container.Image, "")
-		if ins.Container.Config != nil {
-			run.info.Image = ins.Container.Config.Image
-		}
 		if t, err := time.Parse(time.RFC3339Nano, ins.Container.State.StartedAt); err == nil {
 			run.info.Started = t
 		}
@@ -536,6 +684,13 @@ func (d *DockerExecutor) Sweep(ctx context.Context, keep func(string) bool) ([]s
 	}
 	for _, v := range vs.Items {
 		leases[v.Labels[LeaseLabel]] = true
+	}
+	ns, err := d.cli.NetworkList(ctx, client.NetworkListOptions{Filters: f})
+	if err != nil {
+		return nil, fmt.Errorf("%w: list networks: %v", ErrEngine, err)
+	}
+	for _, n := range ns.Items {
+		leases[n.Labels[LeaseLabel]] = true
 	}
 	var removed []string
 	var errs []error

@@ -425,7 +425,11 @@ type engineProxy struct {
 	l     net.Listener
 	mu    sync.Mutex
 	conns []net.Conn
+	req   syncBuffer // what clients sent
 }
+
+// sent is what the clients sent the engine.
+func (p *engineProxy) sent() string { return p.req.String() }
 
 func newEngineProxy(t *testing.T) (*engineProxy, string) {
 	t.Helper()
@@ -456,7 +460,7 @@ func newEngineProxy(t *testing.T) (*engineProxy, string) {
 			p.mu.Lock()
 			p.conns = append(p.conns, c, up)
 			p.mu.Unlock()
-			go func() { io.Copy(up, c); up.Close() }()
+			go func() { io.Copy(up, io.TeeReader(c, &p.req)); up.Close() }()
 			go func() { io.Copy(c, up); c.Close() }()
 		}
 	}()

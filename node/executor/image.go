@@ -16,8 +16,9 @@ import (
 // ("suanli-test/echo", "ghcr.io/org/app") and its full name
 // ("docker.io/suanli-test/echo"), tags and digests left out, so
 // "ghcr.io/org/*" allows every image of that organisation. A pattern that
-// is a digest ("sha256:…") allows the image with that ID or repo digest,
-// whatever it is called.
+// is a digest ("sha256:…") allows only references pinned to that digest
+// (any/name@sha256:…), whose image the engine then proves to have it.
+// Either is checked on the reference before the engine pulls anything.
 type ImagePolicy struct {
 	Patterns []string
 }
@@ -83,13 +84,15 @@ func (p ImagePolicy) AllowsDigest(ids ...string) bool {
 	return false
 }
 
-// HasDigests reports whether any pattern is a digest, so that an image
-// whose name matches none may still be allowed once inspected.
-func (p ImagePolicy) HasDigests() bool {
-	for _, pat := range p.Patterns {
-		if strings.HasPrefix(pat, "sha256:") {
-			return true
-		}
+// AllowsRef reports whether the reference may run, by name or by the
+// digest it is pinned to, and whether it is allowed by that digest only
+// (the image must then prove to have it).
+func (p ImagePolicy) AllowsRef(n reference.Named) (ok, byDigest bool) {
+	if p.AllowsName(n) {
+		return true, false
 	}
-	return false
+	if c, pinned := n.(reference.Canonical); pinned && p.AllowsDigest(c.Digest().String()) {
+		return true, true
+	}
+	return false, false
 }

@@ -401,10 +401,17 @@ views.provider = async function () {
     if (e.status === 404) return [card("Provider", el("p", { class: "muted", id: "no-gpus" }, "This node offers no GPUs: " + e.message))];
     throw e;
   }
+  const st = await api("/status");
+  const iso = st.isolation;
+  const isoCard = iso ? [card("Isolation · " + iso.level, el("div", { id: "isolation" }, iso.executors.map(e =>
+    el("div", { "data-executor": e.executor },
+      el("h3", {}, e.executor + " (" + e.level + ")"),
+      el("ul", {}, e.enforced.map(x => el("li", {}, "enforced: " + x)),
+        (e.not_enforced || []).map(x => el("li", { class: "warn" }, "not enforced: " + x)))))))] : [];
   const gib = b => b / 2 ** 30;
   const metric = (label, values, max, fmt) => el("div", { class: "spark" }, el("span", { class: "muted" }, label), sparkline(values, max),
     el("b", {}, values.length ? fmt(values[values.length - 1]) : "-"));
-  return [el("div", { class: "gpus", id: "gpus" }, h.gpus.map(g => {
+  return [...isoCard, el("div", { class: "gpus", id: "gpus" }, h.gpus.map(g => {
     const s = g.samples;
     const total = s.length ? gib(s[s.length - 1].mem_total_bytes) : 0;
     return card("GPU " + g.index + " · " + g.name,

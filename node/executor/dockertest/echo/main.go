@@ -56,6 +56,27 @@ func main() {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	// /fill writes mb MiB to path and reports how much it could.
+	http.HandleFunc("/fill", func(w http.ResponseWriter, r *http.Request) {
+		mb, _ := strconv.Atoi(r.URL.Query().Get("mb"))
+		f, err := os.Create(r.URL.Query().Get("path"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusForbidden)
+			return
+		}
+		defer f.Close()
+		chunk := make([]byte, 64<<10)
+		written := 0
+		for written < mb<<20 {
+			n, err := f.Write(chunk)
+			written += n
+			if err != nil {
+				http.Error(w, fmt.Sprintf("wrote %d: %v", written, err), http.StatusInsufficientStorage)
+				return
+			}
+		}
+		fmt.Fprintf(w, "wrote %d\n", written)
+	})
 	go func() {
 		for i := 0; ; i++ {
 			time.Sleep(500 * time.Millisecond)
