@@ -125,6 +125,7 @@ type entry struct {
 	next      *entry
 	remaining uint32
 	h         uint64 // the ID's handle
+	tombed    bool   // the replay memory may hold a record of the ID
 	seq       uint64
 	lvl       *level // nil once the order has left the book
 	prev      *entry
@@ -202,8 +203,8 @@ func NewBook(market, currency string, opts ...BookOption) (*Book, error) {
 			return nil, err
 		}
 	}
-	b.tombs = newMemory[tomb](b.limit)
-	b.fills = newMemory[struct{}](b.limit)
+	b.tombs = newMemory(b.limit, func(r *memRec[tomb]) { b.dropKey(r.v.maker, r.v.key, r.id) })
+	b.fills = newMemory[struct{}](b.limit, nil)
 	return b, nil
 }
 
@@ -247,7 +248,7 @@ func (b *Book) Add(o *Order, now time.Time) error {
 		return ErrNotResting
 	}
 	h := b.hash(o.ID)
-	filled, err := b.prior(o, h)
+	filled, rec, err := b.prior(o, h)
 	if err != nil {
 		return err
 	}
@@ -255,33 +256,35 @@ func (b *Book) Add(o *Order, now time.Time) error {
 		return err
 	}
 	if filled >= o.Quantity {
-		b.bury(o.ID, h, o.Expires.UnixNano(), tomb{state: tombFilled, side: o.Side, maker: o.Maker, key: o.ClientKey})
+		b.bury(o.ID, h, o.Expires.UnixNano(), false, tomb{state: tombFilled, side: o.Side, maker: o.Maker, key: o.ClientKey})
 		return ErrDuplicate
 	}
 	if filled > 0 {
 		b.tombs.del(h, o.ID)
+		rec = nil
 	}
-	b.rest(o, h, filled)
+	b.rest(o, h, filled, rec != nil)
 	return nil
 }
 
 // prior returns what of o (handle h) is already filled by fills seen before
-// it, and ErrDuplicate if the book holds it or remembers it as dead.
-func (b *Book) prior(o *Order, h uint64) (uint32, error) {
+// it, and ErrDuplicate if the book holds it or remembers it as dead. rec is
+// the memory's record of o's ID, nil if it has none (expired or not).
+func (b *Book) prior(o *Order, h uint64) (filled uint32, rec *memRec[tomb], err error) {
 	if b.orders.get(h, o.ID) != nil {
-		return 0, ErrDuplicate
+		return 0, nil, ErrDuplicate
 	}
-	rec, ok := b.tombs.get(h, o.ID)
-	if !ok {
-		return 0, nil
+	rec, live := b.tombs.lookup(h, o.ID)
+	if !live {
+		return 0, rec, nil
 	}
 	if rec.v.state != tombEarly {
-		return 0, ErrDuplicate
+		return 0, rec, ErrDuplicate
 	}
 	if rec.v.side == o.Side && rec.v.maker == o.Maker {
-		return rec.v.filled, nil
+		return rec.v.filled, rec, nil
 	}
-	return 0, nil
+	return 0, rec, nil
 }
 
 // keyFree refuses o if its maker's client key is taken.
@@ -295,14 +298,16 @@ func (b *Book) keyFree(o *Order) error {
 	return nil
 }
 
-// rest puts o (handle h, filled already filled) in the book.
-func (b *Book) rest(o *Order, h uint64, filled uint32) {
+// rest puts o (handle h, filled already filled) in the book. tombed says
+// the memory may hold a record of its ID.
+func (b *Book) rest(o *Order, h uint64, filled uint32, tombed bool) {
 	if o.ClientKey != "" {
 		b.keys[clientKey{o.Maker, o.ClientKey}] = o.ID
 	}
 	e := b.newEntry()
 	e.o = *o
 	e.h = h
+	e.tombed = tombed
 	e.remaining = o.Quantity - filled
 	e.seq = b.seq
 	b.seq++
@@ -346,8 +351,8 @@ func (b *Book) Sweep(now time.Time) []string {
 		}
 		b.remove(e)
 	}
-	b.tombs.sweep(n, func(r *memRec[tomb]) { b.dropKey(r.v.maker, r.v.key, r.id) })
-	b.fills.sweep(n, nil)
+	b.tombs.sweep(n)
+	b.fills.sweep(n)
 	return ids
 }
 
@@ -482,17 +487,18 @@ func (b *Book) remove(e *entry) {
 
 // kill removes e and remembers its ID (and client key) until its expiry.
 func (b *Book) kill(e *entry, state tombState) {
-	id, h, exp := e.o.ID, e.h, e.exp
-	t := tomb{state: state, side: e.o.Side, maker: e.o.Maker, key: e.o.ClientKey}
+	r := b.tombs.put(e.h, e.o.ID, e.exp, !e.tombed)
+	r.v = tomb{state: state, side: e.o.Side, maker: e.o.Maker, key: e.o.ClientKey}
+	if e.o.ClientKey != "" {
+		b.keys[clientKey{e.o.Maker, e.o.ClientKey}] = e.o.ID
+	}
 	b.remove(e)
-	b.bury(id, h, exp, t)
 }
 
-// bury remembers a dead order (handle h) until exp.
-func (b *Book) bury(id string, h uint64, exp int64, t tomb) {
-	if old, ok := b.tombs.put(h, id, exp, t); ok {
-		b.dropKey(old.v.maker, old.v.key, old.id)
-	}
+// bury remembers a dead order (handle h) until exp; fresh says the memory
+// holds no record of it.
+func (b *Book) bury(id string, h uint64, exp int64, fresh bool, t tomb) {
+	b.tombs.put(h, id, exp, fresh).v = t
 	if t.key != "" {
 		b.keys[clientKey{t.maker, t.key}] = id
 	}

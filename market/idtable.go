@@ -112,10 +112,11 @@ func (t *liveTable) del(h uint64, e *entry) {
 // fills, and nothing is copied or rehashed in the steady state.
 type memory[V any] struct {
 	limit      int
-	blocks     [][]memRec[V] // the ring (limit records), allocated as used
-	head, tail uint64        // arrival numbers: oldest held, next
-	live, gone int           // records held and not deleted; deleted ones still in the ring
-	swept      int64         // records with exp <= swept are forgotten
+	onDrop     func(*memRec[V]) // called with each record dropped that was not deleted
+	blocks     [][]memRec[V]    // the ring (limit records), allocated as used
+	head, tail uint64           // arrival numbers: oldest held, next
+	live, gone int              // records held and not deleted; deleted ones still in the ring
+	swept      int64            // records with exp <= swept are forgotten
 
 	// slots hold 0 (empty) or a slot word: the handle's tag (its high 32
 	// bits, top bit set) << 32 | the record's arrival number mod 2^32. The
@@ -143,8 +144,8 @@ const (
 	cleanPerPut = 8
 )
 
-func newMemory[V any](limit int) memory[V] {
-	return memory[V]{limit: limit, swept: minTime, blocks: make([][]memRec[V], (limit+memBlock-1)/memBlock)}
+func newMemory[V any](limit int, onDrop func(*memRec[V])) memory[V] {
+	return memory[V]{limit: limit, onDrop: onDrop, swept: minTime, blocks: make([][]memRec[V], (limit+memBlock-1)/memBlock)}
 }
 
 func slotTag(h uint64) uint32 { return uint32(h>>32) | 1<<31 }
@@ -187,15 +188,19 @@ func (m *memory[V]) find(h uint64, id string) (int, uint64) {
 
 // get returns id's record if it is remembered.
 func (m *memory[V]) get(h uint64, id string) (*memRec[V], bool) {
+	r, live := m.lookup(h, id)
+	return r, live
+}
+
+// lookup returns id's record, nil if there is none, and whether it is
+// remembered (not expired).
+func (m *memory[V]) lookup(h uint64, id string) (*memRec[V], bool) {
 	i, seq := m.find(h, id)
 	if i < 0 {
 		return nil, false
 	}
 	r := m.rec(seq)
-	if r.exp <= m.swept {
-		return nil, false
-	}
-	return r, true
+	return r, r.exp > m.swept
 }
 
 // del forgets id.
@@ -208,53 +213,55 @@ func (m *memory[V]) del(h uint64, id string) {
 	}
 }
 
-// put remembers id until exp, replacing any record of it. At the limit the
-// oldest record is forgotten first: put returns it (ok) unless it had been
-// deleted, so the caller can drop what refers to it.
-func (m *memory[V]) put(h uint64, id string, exp int64, v V) (evicted memRec[V], ok bool) {
-	m.del(h, id)
+// put remembers id until exp, replacing any record of it (fresh: the
+// caller knows there is none, expired or not), and returns the record for
+// the caller to fill in. At the limit the oldest record is dropped first.
+func (m *memory[V]) put(h uint64, id string, exp int64, fresh bool) *memRec[V] {
+	if !fresh {
+		m.del(h, id)
+	}
 	if m.tail-m.head == uint64(m.limit) {
-		evicted, ok = m.popHead()
+		m.popHead()
 	}
 	pos := int(m.tail % uint64(m.limit))
 	blk := &m.blocks[pos>>memBlockShift]
 	if *blk == nil {
 		*blk = make([]memRec[V], min(memBlock, m.limit-pos))
 	}
-	(*blk)[pos&(memBlock-1)] = memRec[V]{id: id, h: h, exp: exp, v: v}
+	r := &(*blk)[pos&(memBlock-1)]
+	r.id, r.h, r.exp = id, h, exp
 	seq := m.tail
 	m.tail++
 	m.live++
 	m.index(h, seq)
-	return evicted, ok
+	return r
 }
 
-// popHead drops the oldest record (its slot goes stale by itself) and
-// returns it; ok is false when it had been deleted.
-func (m *memory[V]) popHead() (rec memRec[V], ok bool) {
+// popHead drops the oldest record (its slot goes stale by itself), telling
+// onDrop unless it had been deleted.
+func (m *memory[V]) popHead() {
 	r := m.rec(m.head)
-	rec = *r
-	*r = memRec[V]{}
 	m.head++
-	if rec.dead {
+	if r.dead {
 		m.gone--
 	} else {
 		m.live--
+		if m.onDrop != nil {
+			m.onDrop(r)
+		}
 	}
-	return rec, !rec.dead
+	*r = memRec[V]{}
 }
 
 // sweep forgets records that expired by now, and drops the forgotten ones
-// at the head of the ring, calling drop for each that was not deleted.
-func (m *memory[V]) sweep(now int64, drop func(*memRec[V])) {
+// at the head of the ring.
+func (m *memory[V]) sweep(now int64) {
 	m.swept = max(m.swept, now)
 	for m.head != m.tail {
 		if r := m.rec(m.head); !r.dead && r.exp > m.swept {
 			return
 		}
-		if rec, ok := m.popHead(); ok && drop != nil {
-			drop(&rec)
-		}
+		m.popHead()
 	}
 }
 

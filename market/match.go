@@ -190,7 +190,7 @@ func (b *Book) Take(dst []Fill, o *Order, now time.Time, agree func(*Match) stri
 		return dst, err
 	}
 	h := b.hash(o.ID)
-	prior, err := b.prior(o, h)
+	prior, rec, err := b.prior(o, h)
 	if err != nil {
 		return dst, err
 	}
@@ -230,12 +230,13 @@ func (b *Book) Take(dst []Fill, o *Order, now time.Time, agree func(*Match) stri
 	clear(ents) // drop the pointers: the entries may be recycled
 	switch filled := prior + took; {
 	case filled == o.Quantity || (o.TimeInForce == IOC && took > 0):
-		b.bury(o.ID, h, o.Expires.UnixNano(), tomb{state: tombFilled, side: o.Side, maker: o.Maker, key: o.ClientKey})
+		b.bury(o.ID, h, o.Expires.UnixNano(), rec == nil, tomb{state: tombFilled, side: o.Side, maker: o.Maker, key: o.ClientKey})
 	case o.TimeInForce == GTC:
 		if prior > 0 {
 			b.tombs.del(h, o.ID)
+			rec = nil
 		}
-		b.rest(o, h, filled)
+		b.rest(o, h, filled, rec != nil)
 	}
 	return dst, nil
 }
@@ -345,7 +346,7 @@ func (b *Book) ApplyFill(f Fill) error {
 // record remembers an applied fill (handle fh) and moves the spot price if
 // it is the latest.
 func (b *Book) record(fh uint64, f *Fill) {
-	b.fills.put(fh, f.ID, f.Time.UnixNano()+int64(fillMemory), struct{}{})
+	b.fills.put(fh, f.ID, f.Time.UnixNano()+int64(fillMemory), false)
 	if !b.hasLast || f.Time.After(b.last.Time) || (f.Time.Equal(b.last.Time) && f.ID > b.last.ID) {
 		b.last, b.hasLast = *f, true
 	}
@@ -416,7 +417,7 @@ func (b *Book) applyLeg(e *entry, h uint64, id string, side Side, maker string, 
 		rec.v.filled += f.Quantity
 		return
 	}
-	b.bury(id, h, f.Time.UnixNano()+int64(fillMemory), tomb{state: tombEarly, side: side, maker: maker, filled: f.Quantity})
+	b.bury(id, h, f.Time.UnixNano()+int64(fillMemory), false, tomb{state: tombEarly, side: side, maker: maker, filled: f.Quantity})
 }
 
 // reduce takes q GPUs off resting order e, which leaves the book once filled.
