@@ -112,6 +112,7 @@ type Book struct {
 	hasLast bool
 
 	free    []*entry
+	sink    uint64   // what the touch loads read, kept so they are not elided
 	matches []Match  // Take's scratch
 	takes   []*entry // the entries of matches
 }
@@ -322,7 +323,9 @@ func (b *Book) rest(o *Order, h uint64, filled uint32, tombed bool) {
 // a cancel racing a fill is expected). The ID is remembered so a replay of
 // the order is refused.
 func (b *Book) Cancel(id, maker string) error {
-	e := b.orders.get(b.hash(id), id)
+	h := b.hash(id)
+	b.sink += b.tombs.touch(h) // the tomb's line, loaded beside the order's
+	e := b.orders.get(h, id)
 	if e == nil {
 		return ErrNotFound
 	}
@@ -471,12 +474,12 @@ func (b *Book) newEntry() *entry {
 	return new(entry)
 }
 
-// remove takes e out of the book and recycles it. Its expiry item stays
-// behind, stale.
+// remove takes e out of the book and recycles it (its order is left in
+// place until the entry is reused: the pool is bounded). Its expiry item
+// stays behind, stale.
 func (b *Book) remove(e *entry) {
 	b.sideOf(e.o.Side).unlink(e)
 	b.orders.del(e.h, e)
-	*e = entry{}
 	if len(b.free) < freeEntries {
 		b.free = append(b.free, e)
 	}

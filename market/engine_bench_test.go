@@ -29,28 +29,35 @@ type idSource struct {
 	b      *testing.B
 	salt   uint64
 	cycle  int
-	chunks map[int]string
+	chunks []string // by chunk number; with cycle 0 only the newest is kept
+	last   int      // with cycle 0, the newest chunk's number
 }
 
 func newIDSource(b *testing.B, salt uint64, cycle int) *idSource {
-	return &idSource{b: b, salt: salt, cycle: cycle, chunks: map[int]string{}}
+	n := 1
+	if cycle > 0 {
+		n = (cycle + idChunk - 1) / idChunk
+	}
+	return &idSource{b: b, salt: salt, cycle: cycle, chunks: make([]string, n), last: -1}
 }
 
 func (s *idSource) id(i int) string {
+	c := 0
 	if s.cycle > 0 {
 		i %= s.cycle
+		c = i / idChunk
+	} else if i/idChunk != s.last {
+		s.last = i / idChunk
+		s.chunks[0] = ""
 	}
-	c, k := i/idChunk, i%idChunk
-	chunk, ok := s.chunks[c]
-	if !ok {
+	chunk := s.chunks[c]
+	if chunk == "" {
 		s.b.StopTimer()
-		if s.cycle == 0 {
-			clear(s.chunks)
-		}
-		chunk = buildIDs(s.salt, c*idChunk, idChunk)
+		chunk = buildIDs(s.salt, i/idChunk*idChunk, idChunk)
 		s.chunks[c] = chunk
 		s.b.StartTimer()
 	}
+	k := i % idChunk
 	return chunk[k*idLen : (k+1)*idLen]
 }
 

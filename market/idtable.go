@@ -297,18 +297,29 @@ func (m *memory[V]) index(h uint64, seq uint64) {
 
 // cleanSome moves the cleaner over cleanPerPut slots, emptying stale ones.
 func (m *memory[V]) cleanSome() {
+	held, t32 := uint32(m.tail-m.head), uint32(m.tail)
 	for range cleanPerPut {
 		if m.clean >= len(m.slots) {
 			m.clean = 0
 		}
-		if s := m.slots[m.clean]; s != 0 {
-			if _, ok := m.seqOf(s); !ok {
-				m.deleteSlot(m.clean)
-				continue // look again at what moved in
-			}
+		// Live: 1 <= tail-seq <= held (mod 2^32); so stale when
+		// tail-seq-1 >= held, unsigned.
+		if s := m.slots[m.clean]; s != 0 && t32-uint32(s)-1 >= held {
+			m.deleteSlot(m.clean)
+			continue // look again at what moved in
 		}
 		m.clean++
 	}
+}
+
+// touch loads the index line id's probe starts on (handle h) without
+// using it, so that a miss there overlaps the caller's other misses
+// instead of following them.
+func (m *memory[V]) touch(h uint64) uint64 {
+	if m.slots == nil {
+		return 0
+	}
+	return m.slots[uint64(slotTag(h))&uint64(len(m.slots)-1)]
 }
 
 // deleteSlot empties slot i, shifting back later slots of its run whose

@@ -219,6 +219,9 @@ func (b *Book) Take(dst []Fill, o *Order, now time.Time, agree func(*Match) stri
 			return dst, err
 		}
 		fh := b.hash(id)
+		// Load the fill's index line and the resting order's tomb line
+		// together: the two misses overlap.
+		b.sink += b.fills.touch(fh) + b.tombs.touch(ents[k].h)
 		if _, ok := b.fills.get(fh, id); ok {
 			return dst, ErrDuplicate
 		}
