@@ -1,6 +1,7 @@
 package market
 
 import (
+	"errors"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -337,3 +338,6 @@ func TestIDSource(t *testing.T) {
 		seen[id] = true
 	}
 }
+
+// isNotFound reports a cancel of an order the book does not hold.
+func isNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
