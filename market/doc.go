@@ -6,8 +6,11 @@
 // Files: money.go (integer micro-unit money and decimal parsing); offer.go
 // (offer rules, search filters and sorting); order.go (orders, sides,
 // flags, constraints, validation and reject reasons); book.go (the book:
-// price levels with FIFO queues, cancel, expiry sweep, replay memory);
-// match.go (matching proposals, crossing, fills, spot price);
+// price levels with FIFO queues, cancel, expiry sweep); idtable.go (IDs
+// hashed to handles at the book's edge: the resting orders' table and the
+// replay memory of dead order and applied fill IDs, O(1) per event in
+// bounded memory); match.go (matching proposals, crossing, fills, spot
+// price, and Take: match, apply and rest a node's own order in one pass);
 // explain.go (why a taker passes over crossing orders; whole-order
 // matching for all-or-none takers);
 // regionindex.go (each level's orders by region, so a region-constrained

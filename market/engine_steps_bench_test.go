@@ -43,8 +43,7 @@ func BenchmarkThroughputSteps(b *testing.B) {
 		}
 		return len(buf)
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
+	startTimer(b)
 	for range b.N {
 		d := int64(geseqTick)
 		if rng.IntN(10) < 5 {
@@ -106,8 +105,7 @@ func BenchmarkThroughputDeepSteps(b *testing.B) {
 	for i := range geseqDeepWindow {
 		add(order(i))
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
+	startTimer(b)
 	for i := range b.N {
 		add(order(geseqDeepWindow + i))
 		maker := "buyer"
