@@ -254,6 +254,7 @@ func cmdDaemon(e *env, args []string) error {
 	var xf execFlags
 	xf.register(fs)
 	creditLimit := fs.String("credit-limit", "", "most a buyer may owe unpaid, a `decimal` in the price currency, or none (default from config: "+node.DefaultCreditLimit+")")
+	creditNew := fs.String("credit-new", "", "credit of a buyer with no paid history, a `decimal` in the price currency, growing with its payments up to --credit-limit (default from config: "+node.DefaultCreditNew+")")
 	if err := parse(e, fs, args, 0); err != nil {
 		return err
 	}
@@ -290,6 +291,9 @@ func cmdDaemon(e *env, args []string) error {
 	}
 	if *creditLimit != "" {
 		opts = append(opts, node.WithCreditLimit(*creditLimit, *currency))
+	}
+	if *creditNew != "" {
+		opts = append(opts, node.WithCreditNew(*creditNew))
 	}
 	xopts, err := xf.options(*sim != "")
 	if err != nil {
