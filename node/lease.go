@@ -27,6 +27,29 @@ import (
 // against its provider and its workload's output; the keys are in
 // internal/store/keys.go.
 
+// The lease protocol (/suanli/receipt/1.0.0), as each side applies it.
+// States are market.LeaseState; "owed" is a close notice this side still
+// has to deliver (Record.CloseOwed).
+//
+//	state     message in              provider                                 buyer
+//	running   receipt (R)             refused: not the buyer                   checked, then countersigned if vouched
+//	                                                                           (market.VouchWindow), else kept, refused
+//	running   countersign (answer)    stored, chain advances                   -
+//	running   close (X), its reason   checked (parties; type: reserved not     checked (parties, the provider's reasons)
+//	                                  ended early, market.CheckBuyerClose;     → closed at the notice's time
+//	                                  completed only at the end) → closed at
+//	                                  the notice's time, receipts past it
+//	                                  dropped (never countersigned)
+//	running   close, not its reason   refused (kind=close, reason=reason)      refused
+//	running   preemption (N)          refused: not the buyer                   checked (market.CheckPreemption), ends then
+//	starting  close                   refused, out-of-turn                     refused, out-of-turn
+//	closed    receipt                 -                                        taken for windows up to the close, else
+//	                                                                           refused (market.Lease.AddReceipt)
+//	closed    close                   AgreeClose(own, theirs): the earlier;    same
+//	                                  own refused by them: theirs
+//	closed    owed                    re-sent until FrameOK or FrameRefuse     same
+//	any       unknown lease or peer   refused (kind=close, unknown-lease)      same
+
 // leaseStopGrace is how long a workload gets between SIGTERM and SIGKILL.
 const leaseStopGrace = 2 * time.Second
 
@@ -55,8 +78,9 @@ type leaseRun struct {
 	// (buyer; zero: not so). See market.VouchWindow.
 	execDownSince, exitedAt time.Time
 	// closeTried is when the owed close notice was last sent (zero: send
-	// at the next step).
+	// at the next step), closeWait how long until it is sent again.
 	closeTried time.Time
+	closeWait  time.Duration
 }
 
 type gpuMeter struct {
@@ -919,9 +943,13 @@ func mustReceipt(env []byte) *proto.Receipt {
 // against the lease's type and its own billing (market.CheckBuyerClose):
 // reserved time is not ended early by the buyer while the provider bills.
 
-// closeResendEvery is how often an owed close notice is re-sent while
-// the counterparty does not answer; a redial that reaches it sends at once.
-const closeResendEvery = time.Second
+// An owed close notice is re-sent after closeResendFirst, then at twice
+// the wait each time the counterparty does not answer, up to
+// closeResendMax; a redial that reaches it sends at once.
+const (
+	closeResendFirst = time.Second
+	closeResendMax   = time.Minute
+)
 
 // errNodeClosing is a node's answer to lease messages while it shuts down.
 const errNodeClosing = "node closing"
@@ -934,7 +962,7 @@ func (n *Node) sendClose(r *leaseRun, reason market.CloseReason, at time.Time, n
 		c.Note = truncate(note[0], 512)
 	}
 	r.mu.Lock()
-	r.rec.CloseOwed, r.closeTried = c, time.Time{}
+	r.rec.CloseOwed, r.closeTried, r.closeWait = c, time.Time{}, 0
 	if err := n.putLeaseRecord(r.id, &r.rec); err != nil {
 		// Kept in memory: re-sent until the node stops.
 		n.storeFailed(&storeError{what: "lease record", err: err}, r.id)
@@ -944,17 +972,17 @@ func (n *Node) sendClose(r *leaseRun, reason market.CloseReason, at time.Time, n
 }
 
 // sendOwedClose sends the close notice the lease owes its counterparty,
-// if any and if not tried within closeResendEvery (a poke resets that),
+// if any and if its wait since the last try is over (a redial resets it),
 // and forgets it once the counterparty answered. Holds no lock.
 func (n *Node) sendOwedClose(r *leaseRun) {
 	now := n.now()
 	r.mu.Lock()
 	c := r.rec.CloseOwed
-	if c == nil || !r.closeTried.IsZero() && now.Sub(r.closeTried) < closeResendEvery {
+	if c == nil || !r.closeTried.IsZero() && now.Sub(r.closeTried) < r.closeWait {
 		r.mu.Unlock()
 		return
 	}
-	r.closeTried = now
+	r.closeTried, r.closeWait = now, min(max(2*r.closeWait, closeResendFirst), closeResendMax)
 	r.mu.Unlock()
 	b, _ := json.Marshal(c)
 	ctx, cancel := context.WithTimeout(n.ctx, p2p.ReceiptTimeout)

@@ -13,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	gproto "google.golang.org/protobuf/proto"
 
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node"
@@ -20,6 +21,7 @@ import (
 	"github.com/suanli/suanli/node/devnet"
 	"github.com/suanli/suanli/node/internal/leases"
 	"github.com/suanli/suanli/p2p"
+	"github.com/suanli/suanli/proto"
 )
 
 // rawHost is a bare libp2p host with key, connected to target.
@@ -241,6 +243,9 @@ func TestLeaseCloseAgreedAfterProviderRestart(t *testing.T) {
 		return pv.State == "closed" && bv.State == "closed" && pv.Reason == bv.Reason && pv.ClosedAt.Equal(*bv.ClosedAt) &&
 			pv.Receipts == pv.Countersigned && bv.Receipts == pv.Receipts && bv.Countersigned == pv.Countersigned, sprint(pv, bv)
 	})
+	// The provider bills the last window, to the agreed close, after it
+	// closed: wait for it to be countersigned on both sides.
+	waitChainsAgree(t, ctx, provider, buyer, id)
 	if pv.Reason != "buyer-closed" || !pv.ClosedAt.Equal(*bv.ClosedAt) {
 		t.Errorf("provider closed %s at %v, buyer %s at %v; want both the buyer's close", pv.Reason, pv.ClosedAt, bv.Reason, bv.ClosedAt)
 	}
@@ -253,7 +258,11 @@ func TestLeaseCloseAgreedAfterProviderRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(pc, bc) {
-		t.Errorf("chains differ: provider %d bytes, buyer %d bytes", len(pc), len(bc))
+		var a, b proto.ReceiptChain
+		gproto.Unmarshal(pc, &a)
+		gproto.Unmarshal(bc, &b)
+		t.Errorf("chains differ: provider %d bytes (%d receipts, lease %d bytes), buyer %d bytes (%d receipts, lease %d bytes)",
+			len(pc), len(a.Receipts), len(a.Lease), len(bc), len(b.Receipts), len(b.Lease))
 	}
 	waitFor(t, ctx, "the provider's GPUs free", func() (bool, string) {
 		offers, err := provider.Offers(ctx, api.OfferQuery{})

@@ -135,7 +135,7 @@ func (n *Node) pokeLeasesWith(p peer.ID) {
 	for _, r := range n.leases.runs {
 		if r.peer == p {
 			r.mu.Lock()
-			r.closeTried = time.Time{} // an owed close notice goes now
+			r.closeTried, r.closeWait = time.Time{}, 0 // an owed close notice goes now
 			r.mu.Unlock()
 			r.poke()
 		}
