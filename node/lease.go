@@ -81,6 +81,10 @@ type leaseRun struct {
 	// at the next step), closeWait how long until it is sent again.
 	closeTried time.Time
 	closeWait  time.Duration
+	// closeTakenAt is when this node last took a close from the
+	// counterparty: the lease is settled from then, not from a close
+	// time long past (leaseUnsettled).
+	closeTakenAt time.Time
 }
 
 type gpuMeter struct {
@@ -392,7 +396,6 @@ func (n *Node) runLease(r *leaseRun) {
 	r.active = true
 	r.mu.Unlock()
 	started := n.spawn(func() {
-		defer func() { r.mu.Lock(); r.active = false; r.mu.Unlock() }()
 		every := min(max(market.BillingInterval(r.terms)/4, 50*time.Millisecond), 250*time.Millisecond)
 		t := time.NewTicker(every)
 		defer t.Stop()
@@ -404,10 +407,24 @@ func (n *Node) runLease(r *leaseRun) {
 				done = n.buyerStep(r)
 			}
 			if done {
+				// A poke since the step (a close taken, say) found the
+				// loop still active and started none: step once more.
+				r.mu.Lock()
+				select {
+				case <-r.wake:
+					r.mu.Unlock()
+					continue
+				default:
+				}
+				r.active = false
+				r.mu.Unlock()
 				return
 			}
 			select {
 			case <-n.ctx.Done():
+				r.mu.Lock()
+				r.active = false
+				r.mu.Unlock()
 				return
 			case <-t.C:
 			case <-r.wake:
@@ -446,7 +463,11 @@ func (n *Node) leaseUnsettled(r *leaseRun, now time.Time) bool {
 	if r.ml.StartedAt.IsZero() || r.ml.Chain.WindowEndUnixMs >= final && r.ml.Countersigned.Seq == r.ml.Chain.Seq {
 		return false
 	}
-	return now.Before(r.ml.ClosedAt.Add(n.grace(r.terms) + market.BillingInterval(r.terms)))
+	from := r.ml.ClosedAt
+	if r.closeTakenAt.After(from) {
+		from = r.closeTakenAt
+	}
+	return now.Before(from.Add(n.grace(r.terms) + market.BillingInterval(r.terms)))
 }
 
 // providerStep meters, ends the lease when due, bills due windows and
@@ -1076,6 +1097,7 @@ func (n *Node) takeClose(from peer.ID, body []byte) error {
 	if c.Note != "" {
 		note += ": " + truncate(c.Note, 512)
 	}
+	r.closeTakenAt = now
 	if r.ml.State == market.LeaseRunning {
 		if err := n.dropBilledPastLocked(r, at); err != nil {
 			return err
