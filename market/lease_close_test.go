@@ -71,3 +71,30 @@ func TestCheckBuyerClose(t *testing.T) {
 		})
 	}
 }
+
+// FuzzCloseRules: AgreeClose is symmetric and picks one of its two closes,
+// never later than either; CheckBuyerClose and VouchWindow never panic and
+// refuse only with their own errors.
+func FuzzCloseRules(f *testing.F) {
+	f.Add(uint8(CloseBuyer), int64(1_700_000_000_000), uint8(CloseUnpaid), int64(1_700_000_001_000), int32(2), int64(3600), int64(60))
+	f.Add(uint8(CloseCompleted), int64(0), uint8(CloseCompleted), int64(0), int32(0), int64(0), int64(0))
+	f.Fuzz(func(t *testing.T, ar uint8, aMs int64, br uint8, bMs int64, lt int32, dur, interval int64) {
+		a, b := time.UnixMilli(aMs), time.UnixMilli(bMs)
+		r1, t1 := AgreeClose(CloseReason(ar), a, CloseReason(br), b)
+		r2, t2 := AgreeClose(CloseReason(br), b, CloseReason(ar), a)
+		if r1 != r2 || !t1.Equal(t2) {
+			t.Fatalf("AgreeClose not symmetric: %v %v / %v %v", r1, t1, r2, t2)
+		}
+		if t1.After(a) || t1.After(b) || r1 != CloseReason(ar) && r1 != CloseReason(br) {
+			t.Fatalf("AgreeClose = %v %v, from %v %v and %v %v", r1, t1, ar, a, br, b)
+		}
+		terms := &proto.Lease{Id: "l", StartUnixMs: aMs, DurationS: dur, BillingIntervalS: interval, LeaseType: proto.LeaseType(lt)}
+		if err := CheckBuyerClose(terms, CloseReason(br), b, a, 0); err != nil && !errors.Is(err, ErrCloseRefused) {
+			t.Fatalf("CheckBuyerClose = %v", err)
+		}
+		rc := &proto.Receipt{WindowStartUnixMs: bMs, GpuMs: uint64(dur)}
+		if err := VouchWindow(terms, rc, WorkSeen{Workload: lt%2 == 0, Started: ar%2 == 0, DownSince: a, ExitedAt: b}); err != nil && !errors.Is(err, ErrNotVouched) {
+			t.Fatalf("VouchWindow = %v", err)
+		}
+	})
+}
