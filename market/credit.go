@@ -155,3 +155,16 @@ func satAdd(a, b int64) int64 {
 	}
 	return s
 }
+
+// GrantedCredit is the credit limit a provider gives a buyer that has
+// paid it paid so far (acknowledged payments, micro-units): first, a
+// buyer with no paid history, at most first; then as much more as it has
+// paid, up to most. A buyer cannot farm credit by making new keys: each
+// new key starts at first. first is capped at most.
+func GrantedCredit(first, most, paid int64) int64 {
+	first = min(first, most)
+	if paid <= 0 {
+		return first
+	}
+	return min(most, satAdd(first, paid))
+}

@@ -138,3 +138,25 @@ func TestSatAdd(t *testing.T) {
 		}
 	}
 }
+
+func TestGrantedCredit(t *testing.T) {
+	cases := []struct {
+		name              string
+		first, most, paid int64
+		want              int64
+	}{
+		{"a new key gets the first credit", 1_000_000, 10_000_000, 0, 1_000_000},
+		{"payments raise it", 1_000_000, 10_000_000, 2_500_000, 3_500_000},
+		{"up to the limit", 1_000_000, 10_000_000, 50_000_000, 10_000_000},
+		{"first capped at the limit", 20_000_000, 10_000_000, 0, 10_000_000},
+		{"no first credit: prepaid only", 0, 10_000_000, 0, 0},
+		{"huge payments saturate", 1, 1 << 62, 1<<63 - 1, 1 << 62},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := GrantedCredit(c.first, c.most, c.paid); got != c.want {
+				t.Errorf("GrantedCredit(%d, %d, %d) = %d, want %d", c.first, c.most, c.paid, got, c.want)
+			}
+		})
+	}
+}

@@ -20,11 +20,33 @@ import (
 // (`settle ack`; a payment before any lease is a prepayment). A take whose
 // first window would pass the limit is rejected with the reason; a running
 // lease whose next window no longer fits ends as unpaid at the end of the
-// last window billed. The rules are market's; this file feeds them.
+// last window billed. The limit is earned: a buyer with no paid history
+// gets the first credit (WithCreditNew), growing with what it paid, up to
+// the credit limit (market.GrantedCredit), so a buyer that never pays
+// gains nothing by making new keys. The rules are market's; this file
+// feeds them.
 
 // DefaultCreditLimit is a provider's credit limit per buyer when neither
 // an option nor config.json sets one: 10 units of the provider's currency.
 const DefaultCreditLimit = "10"
+
+// DefaultCreditNew is the credit a buyer with no paid history gets when
+// neither an option nor config.json sets it: 1 unit of the limit's
+// currency (never more than the limit).
+const DefaultCreditNew = "1"
+
+// WithCreditNew sets the credit a buyer with no paid history starts with,
+// a decimal in the credit limit's currency; each payment the provider
+// acknowledges raises it by as much, up to the credit limit.
+func WithCreditNew(decimal string) Option {
+	return func(o *options) error {
+		if m, err := market.ParseMoney(decimal, "USD"); err != nil || m.Micros < 0 {
+			return fmt.Errorf("node: first credit %q: want a non-negative decimal", decimal)
+		}
+		o.creditNew = decimal
+		return nil
+	}
+}
 
 // WithCreditLimit sets the most a buyer may owe this provider unpaid: a
 // decimal in currency (empty: the node's price currency), or "none" for no
@@ -49,6 +71,7 @@ func WithCreditLimit(decimal, currency string) Option {
 type creditPolicy struct {
 	off   bool
 	limit market.Money
+	first int64 // a new buyer's credit, in the limit's currency
 	paid  *paidCache
 }
 
@@ -73,7 +96,12 @@ func newCreditPolicy(o options, cfg Config, priceCurrency string) (creditPolicy,
 	if m.Micros < 0 {
 		return creditPolicy{}, fmt.Errorf("node: negative credit limit %q", s)
 	}
-	return creditPolicy{limit: m, paid: &paidCache{byBuyer: map[peer.ID]*market.Ledger{}}}, nil
+	fs := cmpOr(o.creditNew, cfg.CreditNew, DefaultCreditNew)
+	first, err := market.ParseMoney(fs, m.Currency)
+	if err != nil || first.Micros < 0 {
+		return creditPolicy{}, fmt.Errorf("node: first credit %q: want a non-negative decimal", fs)
+	}
+	return creditPolicy{limit: m, first: first.Micros, paid: &paidCache{byBuyer: map[peer.ID]*market.Ledger{}}}, nil
 }
 
 // limitIn is the limit for leases in currency.
@@ -93,7 +121,11 @@ func (n *Node) creditOf(buyer peer.ID, currency string, now time.Time, except *l
 	if err != nil {
 		return market.Credit{}, err
 	}
-	c := l.LedgerCredit(string(buyer), currency, n.credit.limitIn(currency))
+	// No credit in another currency than the limit's: only prepayment.
+	c := l.LedgerCredit(string(buyer), currency, 0)
+	if currency == n.credit.limit.Currency {
+		c.Limit = market.GrantedCredit(n.credit.first, n.credit.limit.Micros, c.Paid)
+	}
 	n.leases.mu.Lock()
 	runs := make([]*leaseRun, 0, len(n.leases.runs))
 	for _, r := range n.leases.runs {

@@ -44,3 +44,38 @@ func TestCreditPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestCreditPolicyFirst: a new buyer's credit is 1 unit unless set, in the
+// limit's currency, and a bad or negative one is refused.
+func TestCreditPolicyFirst(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		opt  Option
+		cfg  string
+		want int64
+		err  bool
+	}{
+		{name: "default", want: 1_000_000},
+		{name: "config", cfg: "0.25", want: 250_000},
+		{name: "option over config", opt: WithCreditNew("2"), cfg: "0.25", want: 2_000_000},
+		{name: "zero: prepaid only until paid", opt: WithCreditNew("0"), want: 0},
+		{name: "bad config", cfg: "lots", err: true},
+		{name: "negative config", cfg: "-1", err: true},
+	} {
+		var o options
+		if c.opt != nil {
+			if err := c.opt(&o); err != nil {
+				t.Fatalf("%s: option: %v", c.name, err)
+			}
+		}
+		p, err := newCreditPolicy(o, Config{CreditNew: c.cfg}, "USD")
+		if c.err != (err != nil) || err == nil && p.first != c.want {
+			t.Errorf("%s: newCreditPolicy = first %d, %v; want %d (error %v)", c.name, p.first, err, c.want, c.err)
+		}
+	}
+	for _, bad := range []string{"", "x", "-2"} {
+		if err := WithCreditNew(bad)(&options{}); err == nil {
+			t.Errorf("WithCreditNew(%q) = nil, want an error", bad)
+		}
+	}
+}

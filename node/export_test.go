@@ -42,3 +42,13 @@ func (n *Node) HeldGPUs() int {
 	}
 	return len(held)
 }
+
+// SetDiskFree makes the node's store see free bytes free on its
+// filesystem (a full disk, say); 0 restores the real figure.
+func (n *Node) SetDiskFree(free uint64) {
+	if free == 0 {
+		n.store.SetFreeBytes(nil)
+		return
+	}
+	n.store.SetFreeBytes(func(string) (uint64, error) { return free, nil })
+}

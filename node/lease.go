@@ -27,6 +27,29 @@ import (
 // against its provider and its workload's output; the keys are in
 // internal/store/keys.go.
 
+// The lease protocol (/suanli/receipt/1.0.0), as each side applies it.
+// States are market.LeaseState; "owed" is a close notice this side still
+// has to deliver (Record.CloseOwed).
+//
+//	state     message in              provider                                 buyer
+//	running   receipt (R)             refused: not the buyer                   checked, then countersigned if vouched
+//	                                                                           (market.VouchWindow), else kept, refused
+//	running   countersign (answer)    stored, chain advances                   -
+//	running   close (X), its reason   checked (parties; type: reserved not     checked (parties, the provider's reasons)
+//	                                  ended early, market.CheckBuyerClose;     → closed at the notice's time
+//	                                  completed only at the end) → closed at
+//	                                  the notice's time, receipts past it
+//	                                  dropped (never countersigned)
+//	running   close, not its reason   refused (kind=close, reason=reason)      refused
+//	running   preemption (N)          refused: not the buyer                   checked (market.CheckPreemption), ends then
+//	starting  close                   refused, out-of-turn                     refused, out-of-turn
+//	closed    receipt                 -                                        taken for windows up to the close, else
+//	                                                                           refused (market.Lease.AddReceipt)
+//	closed    close                   AgreeClose(own, theirs): the earlier;    same
+//	                                  own refused by them: theirs
+//	closed    owed                    re-sent until FrameOK or FrameRefuse     same
+//	any       unknown lease or peer   refused (kind=close, unknown-lease)      same
+
 // leaseStopGrace is how long a workload gets between SIGTERM and SIGKILL.
 const leaseStopGrace = 2 * time.Second
 
@@ -50,6 +73,18 @@ type leaseRun struct {
 	// resumedAt is when this node took the lease up again after a
 	// restart: its own downtime does not count against the buyer.
 	resumedAt time.Time
+	// execDownSince is when the buyer's exec stream broke and was not
+	// taken up again since; exitedAt when it heard the workload exit
+	// (buyer; zero: not so). See market.VouchWindow.
+	execDownSince, exitedAt time.Time
+	// closeTried is when the owed close notice was last sent (zero: send
+	// at the next step), closeWait how long until it is sent again.
+	closeTried time.Time
+	closeWait  time.Duration
+	// closeTakenAt is when this node last took a close from the
+	// counterparty: the lease is settled from then, not from a close
+	// time long past (leaseUnsettled).
+	closeTakenAt time.Time
 }
 
 type gpuMeter struct {
@@ -172,7 +207,7 @@ func (n *Node) startLeases(o options) error {
 func (n *Node) guard(h p2p.ReceiptHandler) p2p.ReceiptHandler {
 	return func(from peer.ID, kind byte, body []byte) (byte, []byte) {
 		if !n.leases.enter() {
-			return p2p.FrameRefuse, []byte("node closing")
+			return p2p.FrameRefuse, []byte(errNodeClosing)
 		}
 		defer n.leases.handlers.Done()
 		return h(from, kind, body)
@@ -288,25 +323,19 @@ func (n *Node) leaseFromFill(ev *p2p.BookEvent) {
 	default:
 		return
 	}
-	n.leases.mu.Lock()
-	if _, ok := n.leases.runs[terms.Id]; ok || n.leases.closed {
-		n.leases.mu.Unlock()
-		return
-	}
 	ml, err := market.NewLease(terms)
 	if err != nil {
-		n.leases.mu.Unlock()
 		n.log.Warn("lease terms refused", "lease", terms.Id, "err", err)
 		return
 	}
+	// The run is built whole before it is put in the runs map: from then
+	// on views and handlers read it, under r.mu only.
 	r := &leaseRun{id: terms.Id, terms: terms, ml: ml, wake: make(chan struct{}, 1), meter: map[string]*gpuMeter{}}
 	r.rec.Role = role
 	r.peer = peer.ID(terms.Buyer)
 	if role == market.RoleBuyer {
 		r.peer = peer.ID(terms.Provider)
 	}
-	n.leases.runs[terms.Id] = r
-	n.leases.mu.Unlock()
 	if ev.Raw != nil {
 		r.rec.Fill, _ = gproto.Marshal(ev.Raw)
 	}
@@ -319,9 +348,17 @@ func (n *Node) leaseFromFill(ev *p2p.BookEvent) {
 		}
 		n.ownMu.Unlock()
 	}
-	start := time.UnixMilli(terms.StartUnixMs)
 	r.rec.PeerAddrs = n.peerAddrs(r.peer)
 	r.mu.Lock()
+	n.leases.mu.Lock()
+	if _, ok := n.leases.runs[terms.Id]; ok || n.leases.closed {
+		n.leases.mu.Unlock()
+		r.mu.Unlock()
+		return
+	}
+	n.leases.runs[terms.Id] = r
+	n.leases.mu.Unlock()
+	start := time.UnixMilli(terms.StartUnixMs)
 	if role == market.RoleProvider {
 		r.exec, _ = executor.ReserveExecutor{}.Start(n.ctx, Workload{LeaseID: terms.Id, GPUs: terms.Gpus})
 		r.rec.Executor, r.rec.HeldSince = ExecReserve, terms.StartUnixMs
@@ -359,7 +396,6 @@ func (n *Node) runLease(r *leaseRun) {
 	r.active = true
 	r.mu.Unlock()
 	started := n.spawn(func() {
-		defer func() { r.mu.Lock(); r.active = false; r.mu.Unlock() }()
 		every := min(max(market.BillingInterval(r.terms)/4, 50*time.Millisecond), 250*time.Millisecond)
 		t := time.NewTicker(every)
 		defer t.Stop()
@@ -371,10 +407,24 @@ func (n *Node) runLease(r *leaseRun) {
 				done = n.buyerStep(r)
 			}
 			if done {
+				// A poke since the step (a close taken, say) found the
+				// loop still active and started none: step once more.
+				r.mu.Lock()
+				select {
+				case <-r.wake:
+					r.mu.Unlock()
+					continue
+				default:
+				}
+				r.active = false
+				r.mu.Unlock()
 				return
 			}
 			select {
 			case <-n.ctx.Done():
+				r.mu.Lock()
+				r.active = false
+				r.mu.Unlock()
 				return
 			case <-t.C:
 			case <-r.wake:
@@ -406,11 +456,18 @@ func (n *Node) grace(terms *proto.Lease) time.Duration {
 // leaseUnsettled reports whether a closed lease still waits for receipts
 // or countersignatures. Holds no lock; reads r under r.mu.
 func (n *Node) leaseUnsettled(r *leaseRun, now time.Time) bool {
+	if r.rec.CloseOwed != nil {
+		return true // the counterparty has yet to hear of the close
+	}
 	final := min(market.LeaseEnd(r.terms).UnixMilli(), r.ml.ClosedAt.UnixMilli())
 	if r.ml.StartedAt.IsZero() || r.ml.Chain.WindowEndUnixMs >= final && r.ml.Countersigned.Seq == r.ml.Chain.Seq {
 		return false
 	}
-	return now.Before(r.ml.ClosedAt.Add(n.grace(r.terms) + market.BillingInterval(r.terms)))
+	from := r.ml.ClosedAt
+	if r.closeTakenAt.After(from) {
+		from = r.closeTakenAt
+	}
+	return now.Before(from.Add(n.grace(r.terms) + market.BillingInterval(r.terms)))
 }
 
 // providerStep meters, ends the lease when due, bills due windows and
@@ -471,6 +528,7 @@ func (n *Node) providerStep(r *leaseRun) bool {
 		n.sendClose(r, notify, closedAt)
 	}
 	n.sendPending(r)
+	n.sendOwedClose(r)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.ml.State == market.LeaseClosed && !n.leaseUnsettled(r, n.now())
@@ -482,6 +540,7 @@ func (n *Node) providerStep(r *leaseRun) bool {
 // stored and the GPUs handed back once it has stopped. Until then the
 // lease shows as ending. Holds r.mu.
 func (n *Node) endLocked(r *leaseRun, reason market.CloseReason, at time.Time, note string) {
+	at = time.UnixMilli(at.UnixMilli()) // as close notices and receipts carry it: both ends keep one time
 	var err error
 	if reason == market.CloseFailed {
 		err = r.ml.Fail(at)
@@ -720,6 +779,7 @@ func (n *Node) takeCountersign(r *leaseRun, sr *proto.SignedReceipt, csEnv []byt
 // gone silent past the grace. It reports whether the lease needs no more
 // work.
 func (n *Node) buyerStep(r *leaseRun) bool {
+	n.sendOwedClose(r)
 	now := n.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -732,6 +792,9 @@ func (n *Node) buyerStep(r *leaseRun) bool {
 		last := time.UnixMilli(max(r.terms.StartUnixMs, r.ml.Chain.WindowEndUnixMs, r.resumedAt.UnixMilli()))
 		if now.After(last.Add(market.BillingInterval(r.terms) + n.grace(r.terms) + 2*time.Second)) {
 			n.endLocked(r, market.CloseBuyer, now, "no receipts from the provider")
+			// The provider hears of it when it is back (sendOwedClose).
+			r.rec.CloseOwed = &leases.CloseNotice{Lease: r.id, Reason: market.CloseBuyer, AtMs: r.ml.ClosedAt.UnixMilli(), Note: r.rec.Note}
+			n.putRecordLocked(r)
 		}
 	}
 	return r.ml.State == market.LeaseClosed && !n.leaseUnsettled(r, now)
@@ -749,7 +812,11 @@ func (n *Node) handleReceiptMsg(from peer.ID, kind byte, body []byte) (byte, []b
 		}
 		// BookReason labels envelope and signer failures, then the
 		// market's receipt reasons.
-		n.metrics.rejects.WithLabelValues("receipt", p2p.BookReason(err)).Inc()
+		label := p2p.BookReason(err)
+		if errors.Is(err, market.ErrNotVouched) {
+			label = "not-running"
+		}
+		n.metrics.rejects.WithLabelValues("receipt", label).Inc()
 		n.log.Debug("receipt refused", "from", shortID(from), "err", err)
 	case p2p.FrameClose:
 		err = n.takeClose(from, body)
@@ -809,10 +876,15 @@ func (n *Node) takeReceipt(from peer.ID, env []byte) ([]byte, error) {
 			}
 			return nil, ev
 		}
-		if len(stored.Countersign) == 0 {
+		if len(stored.Countersign) > 0 {
+			return stored.Countersign, nil // a resend: the same answer
+		}
+		if n.leases.withhold {
 			return nil, errWithheld
 		}
-		return stored.Countersign, nil // a resend: the same answer
+		// Kept, not countersigned, when it came: countersigned now if
+		// this side can vouch for it now.
+		return n.countersignLocked(r, rc, env, hash)
 	}
 	now := n.now()
 	if err := r.ml.AddReceipt(rc, hash, now); err != nil {
@@ -826,13 +898,38 @@ func (n *Node) takeReceipt(from peer.ID, env []byte) ([]byte, error) {
 		}
 		return nil, err
 	}
-	if n.leases.withhold {
+	vouchErr := market.VouchWindow(r.terms, rc, r.seenLocked())
+	if n.leases.withhold || vouchErr != nil {
+		// Kept as evidence of what the provider billed, not countersigned.
 		if err := n.store.PutReceipt(r.id, rc.Seq, &proto.SignedReceipt{Receipt: env}); err != nil {
 			n.failStoreLocked(r, "receipt", err)
 			return nil, &storeError{what: "receipt", err: err}
 		}
+		if vouchErr != nil {
+			return nil, vouchErr
+		}
 		return nil, errWithheld
 	}
+	return n.countersignLocked(r, rc, env, hash)
+}
+
+// seenLocked is what the buyer saw of the lease's workload. Holds r.mu.
+func (r *leaseRun) seenLocked() market.WorkSeen {
+	return market.WorkSeen{
+		Workload: r.rec.Workload != nil && !r.rec.Workload.Empty(), Started: r.rec.Info != nil,
+		DownSince: r.execDownSince, ExitedAt: r.exitedAt,
+	}
+}
+
+// countersignLocked countersigns receipt rc (sealed as env, hashed hash),
+// which the buyer's lease holds, once this side vouches for its window;
+// the countersignature is stored (synced) with the receipt before it is
+// returned. Holds r.mu.
+func (n *Node) countersignLocked(r *leaseRun, rc *proto.Receipt, env, hash []byte) ([]byte, error) {
+	if err := market.VouchWindow(r.terms, rc, r.seenLocked()); err != nil {
+		return nil, err
+	}
+	now := n.now()
 	cs := &proto.Countersign{LeaseId: r.id, Seq: rc.Seq, ReceiptHash: hash, Buyer: []byte(n.host.ID()), CreatedUnixMs: now.UnixMilli()}
 	csEnv, err := p2p.Seal(n.key, cs, proto.MaxReceiptSize)
 	if err != nil {
@@ -855,39 +952,100 @@ func mustReceipt(env []byte) *proto.Receipt {
 	return rc
 }
 
-// closeNotice is the body of a FrameClose: who ended the lease, why, when.
-type closeNotice struct {
-	Lease  string             `json:"lease"`
-	Reason market.CloseReason `json:"reason"`
-	AtMs   int64              `json:"at_ms"`
-	Note   string             `json:"note,omitempty"` // why, in words (a workload's exit, say)
+// Closing. Each side that ends a lease owes the other a close notice
+// (leases.Record.CloseOwed): stored with the lease and re-sent, across
+// restarts and disconnects, until the counterparty answers it (FrameOK: it
+// took it; FrameRefuse: it will not, and its own close stands). A side
+// that takes a notice while the lease runs ends the lease there; one that
+// closed the lease on its own meanwhile keeps, with the other side, the
+// close market.AgreeClose picks (the earlier), and a provider drops the
+// receipts it billed past that close, which its buyer never countersigned:
+// both ends keep one close and one chain. The provider checks every notice
+// against the lease's type and its own billing (market.CheckBuyerClose):
+// reserved time is not ended early by the buyer while the provider bills.
+
+// An owed close notice is re-sent after closeResendFirst, then at twice
+// the wait each time the counterparty does not answer, up to
+// closeResendMax; a redial that reaches it sends at once.
+const (
+	closeResendFirst = time.Second
+	closeResendMax   = time.Minute
+)
+
+// errNodeClosing is a node's answer to lease messages while it shuts down.
+const errNodeClosing = "node closing"
+
+// sendClose records that this node owes the counterparty a notice that
+// it ended the lease for reason at at, and sends it. Holds no lock.
+func (n *Node) sendClose(r *leaseRun, reason market.CloseReason, at time.Time, note ...string) {
+	c := &leases.CloseNotice{Lease: r.id, Reason: reason, AtMs: at.UnixMilli()}
+	if len(note) > 0 {
+		c.Note = truncate(note[0], 512)
+	}
+	r.mu.Lock()
+	r.rec.CloseOwed, r.closeTried, r.closeWait = c, time.Time{}, 0
+	if err := n.putLeaseRecord(r.id, &r.rec); err != nil {
+		// Kept in memory: re-sent until the node stops.
+		n.storeFailed(&storeError{what: "lease record", err: err}, r.id)
+	}
+	r.mu.Unlock()
+	n.sendOwedClose(r)
 }
 
-// sendClose tells the counterparty the lease ended.
-func (n *Node) sendClose(r *leaseRun, reason market.CloseReason, at time.Time, note ...string) {
-	c := closeNotice{Lease: r.id, Reason: reason, AtMs: at.UnixMilli()}
-	if len(note) > 0 {
-		c.Note = note[0]
+// sendOwedClose sends the close notice the lease owes its counterparty,
+// if any and if its wait since the last try is over (a redial resets it),
+// and forgets it once the counterparty answered. Holds no lock.
+func (n *Node) sendOwedClose(r *leaseRun) {
+	now := n.now()
+	r.mu.Lock()
+	c := r.rec.CloseOwed
+	if c == nil || !r.closeTried.IsZero() && now.Sub(r.closeTried) < r.closeWait {
+		r.mu.Unlock()
+		return
 	}
+	r.closeTried, r.closeWait = now, min(max(2*r.closeWait, closeResendFirst), closeResendMax)
+	r.mu.Unlock()
 	b, _ := json.Marshal(c)
 	ctx, cancel := context.WithTimeout(n.ctx, p2p.ReceiptTimeout)
-	defer cancel()
-	if kind, body, err := p2p.SendReceiptMessage(ctx, n.host, r.peer, p2p.FrameClose, b); err != nil || kind != p2p.FrameOK {
-		n.log.Debug("close notice not taken", "lease", r.id, "err", err, "answer", string(body))
+	kind, body, err := p2p.SendReceiptMessage(ctx, n.host, r.peer, p2p.FrameClose, b)
+	cancel()
+	if err != nil || kind == p2p.FrameRefuse && string(body) == errNodeClosing || kind != p2p.FrameOK && kind != p2p.FrameRefuse {
+		n.log.Debug("close notice not taken; re-sent later", "lease", r.id, "err", err, "answer", string(body))
+		return
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.rec.CloseOwed != c {
+		return // a newer notice (a revised close) replaced it
+	}
+	r.rec.CloseOwed = nil
+	if kind == p2p.FrameRefuse {
+		r.rec.CloseRefused = true
+		r.rec.Note = "close refused by the counterparty: " + truncate(string(body), 256)
+		n.log.Warn("close notice refused", "lease", r.id, "reason", c.Reason, "answer", string(body))
+	}
+	n.putRecordLocked(r)
 }
 
-// takeClose ends a lease the counterparty ended.
+// rejectClose counts a refused close notice under reason and returns err.
+func (n *Node) rejectClose(reason string, err error) error {
+	n.metrics.rejects.WithLabelValues("close", reason).Inc()
+	return err
+}
+
+// takeClose takes the counterparty's notice that it ended a lease: checked
+// against the lease's parties, type and terms, then the lease ended at
+// the notice's time, or, closed here already, the two closes agreed.
 func (n *Node) takeClose(from peer.ID, body []byte) error {
-	var c closeNotice
+	var c leases.CloseNotice
 	if err := json.Unmarshal(body, &c); err != nil {
-		return fmt.Errorf("close notice: %v", err)
+		return n.rejectClose("malformed", fmt.Errorf("close notice: %v", err))
 	}
 	n.leases.mu.Lock()
 	r := n.leases.runs[c.Lease]
 	n.leases.mu.Unlock()
 	if r == nil || r.peer != from {
-		return fmt.Errorf("no lease %q with this peer", c.Lease)
+		return n.rejectClose("unknown-lease", fmt.Errorf("no lease %q with this peer", c.Lease))
 	}
 	allowed := []market.CloseReason{market.CloseCompleted, market.CloseBuyer}
 	if r.rec.Role == market.RoleBuyer {
@@ -895,21 +1053,132 @@ func (n *Node) takeClose(from peer.ID, body []byte) error {
 			market.CloseExited, market.CloseFailed, market.CloseResold}
 	}
 	if !slices.Contains(allowed, c.Reason) {
-		return fmt.Errorf("reason %s not the counterparty's to give", c.Reason)
+		return n.rejectClose("reason", fmt.Errorf("%w: reason %s not the counterparty's to give", market.ErrCloseRefused, c.Reason))
 	}
 	now := n.now()
+	at := time.UnixMilli(min(c.AtMs, now.UnixMilli()))
 	r.mu.Lock()
-	if r.ml.State == market.LeaseRunning || r.ml.State == market.LeaseStarting {
-		at := time.UnixMilli(min(max(c.AtMs, r.ml.Chain.WindowEndUnixMs), now.UnixMilli()))
-		note := "closed by the counterparty"
-		if c.Note != "" {
-			note += ": " + truncate(c.Note, 512)
+	defer func() { r.mu.Unlock(); r.poke(); n.runLease(r) }()
+	if r.ml.State == market.LeaseStarting {
+		return n.rejectClose("out-of-turn", fmt.Errorf("%w: lease %s has not started", market.ErrCloseRefused, r.id))
+	}
+	// Time the buyer countersigned (provider) or accepted receipts for
+	// (buyer) is not unbilled by a close.
+	floor := r.ml.Chain.WindowEndUnixMs
+	if r.rec.Role == market.RoleProvider {
+		floor = r.ml.Countersigned.WindowEndUnixMs
+	}
+	if at.UnixMilli() < floor {
+		at = time.UnixMilli(floor)
+	}
+	switch c.Reason {
+	case market.CloseCompleted:
+		if at.Before(market.LeaseEnd(r.terms)) {
+			return n.rejectClose("out-of-turn", fmt.Errorf("%w: completed before the lease's end", market.ErrCloseRefused))
+		}
+	case market.CloseBuyer:
+		var billedTo time.Time
+		if r.ml.Countersigned.Seq > 0 {
+			billedTo = time.UnixMilli(r.ml.Countersigned.WindowEndUnixMs)
+		}
+		if err := market.CheckBuyerClose(r.terms, c.Reason, at, billedTo, n.grace(r.terms)); err != nil {
+			return n.rejectClose("early-close", err)
+		}
+	case market.ClosePreempted:
+		if !market.LeaseType(r.terms.LeaseType).Interruptible() {
+			return n.rejectClose("out-of-turn", fmt.Errorf("%w: %s leases are never preempted", market.ErrCloseRefused, market.LeaseType(r.terms.LeaseType)))
+		}
+	case market.CloseResold:
+		if market.LeaseType(r.terms.LeaseType) != market.Reserved {
+			return n.rejectClose("out-of-turn", fmt.Errorf("%w: only reserved leases are resold", market.ErrCloseRefused))
+		}
+	}
+	note := "closed by the counterparty"
+	if c.Note != "" {
+		note += ": " + truncate(c.Note, 512)
+	}
+	r.closeTakenAt = now
+	if r.ml.State == market.LeaseRunning {
+		if err := n.dropBilledPastLocked(r, at); err != nil {
+			return err
 		}
 		n.endLocked(r, c.Reason, at, note)
+		return nil
 	}
-	r.mu.Unlock()
-	r.poke()
-	n.runLease(r)
+	// Closed here too: both keep one close.
+	reason, agreed := market.AgreeClose(r.ml.Reason, r.ml.ClosedAt, c.Reason, at)
+	if r.rec.CloseRefused {
+		reason, agreed = c.Reason, at
+	}
+	if reason == r.ml.Reason && agreed.Equal(r.ml.ClosedAt) {
+		return nil // ours stands; the counterparty takes our notice
+	}
+	return n.reviseCloseLocked(r, reason, agreed, note)
+}
+
+// dropBilledPastLocked drops the provider's receipts for windows that end
+// after at, which the buyer never countersigned (at is not before the
+// last countersigned window's end), and rebuilds the lease from what is
+// left. A buyer's lease has nothing to drop. Holds r.mu.
+func (n *Node) dropBilledPastLocked(r *leaseRun, at time.Time) error {
+	if r.rec.Role != market.RoleProvider || r.ml.Chain.WindowEndUnixMs <= at.UnixMilli() {
+		return nil
+	}
+	chain, err := n.store.Receipts(r.id)
+	if err != nil {
+		return err
+	}
+	from := uint64(0)
+	for _, sr := range chain {
+		rc, err := leases.DecodeReceipt(sr.Receipt)
+		if err != nil {
+			return err
+		}
+		if rc.WindowEndUnixMs > at.UnixMilli() {
+			if len(sr.Countersign) > 0 {
+				return fmt.Errorf("%w: receipt %d past the close is countersigned", market.ErrCloseRefused, rc.Seq)
+			}
+			from = rc.Seq
+			break
+		}
+	}
+	if from == 0 {
+		return nil
+	}
+	if err := n.store.DropReceipts(r.id, from, r.ml.Chain.Seq); err != nil {
+		n.failStoreLocked(r, "dropped receipts", err)
+		return &storeError{what: "dropped receipts", err: err}
+	}
+	n.metrics.leaseReceiptsDropped.Add(float64(r.ml.Chain.Seq - from + 1))
+	n.log.Info("receipts past the agreed close dropped", "lease", r.id, "from", from, "to", r.ml.Chain.Seq)
+	return n.rebuildLocked(r)
+}
+
+// rebuildLocked replaces r's market lease with one replayed from storage
+// and r.rec. Holds r.mu.
+func (n *Node) rebuildLocked(r *leaseRun) error {
+	fresh, err := n.replayLease(r.terms, r.rec)
+	if err != nil {
+		return err
+	}
+	r.ml = fresh.ml
+	return nil
+}
+
+// reviseCloseLocked makes a closed lease's close the one both sides agreed
+// on: reason at at (earlier than this node's own). Holds r.mu.
+func (n *Node) reviseCloseLocked(r *leaseRun, reason market.CloseReason, at time.Time, note string) error {
+	if err := n.dropBilledPastLocked(r, at); err != nil {
+		return err
+	}
+	n.log.Info("lease close agreed with the counterparty", "lease", r.id, "was", r.ml.Reason, "now", reason)
+	r.rec.Reason, r.rec.EndingAt, r.rec.ClosedAt, r.rec.Note = reason, at, at, note
+	r.rec.CloseOwed = nil // the counterparty's close stands
+	if err := n.rebuildLocked(r); err != nil {
+		return err
+	}
+	r.syncRecord()
+	n.putRecordLocked(r)
 	return nil
 }
 

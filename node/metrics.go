@@ -27,6 +27,9 @@ type metrics struct {
 	storeErrors *prometheus.CounterVec
 	orders      prometheus.Counter
 	fills       prometheus.Counter
+	// leaseReceiptsDropped counts a provider's receipts dropped because
+	// they billed past a close agreed with the buyer afterwards.
+	leaseReceiptsDropped prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -65,8 +68,11 @@ func newMetrics() *metrics {
 		fills: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "suanli_book_fills_total", Help: "Doubly-signed fills applied to this node's book replicas.",
 		}),
+		leaseReceiptsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "suanli_lease_receipts_dropped_total", Help: "Uncountersigned receipts this provider dropped: they billed past a close agreed with the buyer.",
+		}),
 	}
-	m.reg.MustRegister(m.orders, m.fills, m.util, m.memUsed, m.temp, m.power, m.energy, m.published, m.found, m.rejects, m.storeErrors,
+	m.reg.MustRegister(m.orders, m.fills, m.util, m.memUsed, m.temp, m.power, m.energy, m.published, m.found, m.rejects, m.storeErrors, m.leaseReceiptsDropped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -71,6 +71,7 @@ type options struct {
 	withhold       bool
 	// Credit limits (see credit.go).
 	creditLimit    string // decimal, or "none"
+	creditNew      string // decimal
 	creditCurrency string
 	host           host.Host // see WithHost (host_option.go)
 	// sweepEvery is how often expired orders leave the replicas; tests

@@ -134,6 +134,9 @@ func (n *Node) pokeLeasesWith(p peer.ID) {
 	defer n.leases.mu.Unlock()
 	for _, r := range n.leases.runs {
 		if r.peer == p {
+			r.mu.Lock()
+			r.closeTried, r.closeWait = time.Time{}, 0 // an owed close notice goes now
+			r.mu.Unlock()
 			r.poke()
 		}
 	}

@@ -59,6 +59,10 @@ type Config struct {
 	// CreditLimit is the most a buyer may owe this provider unpaid, a
 	// decimal in Currency, or "none"; empty: 10 (see credit.go).
 	CreditLimit string `json:"credit_limit,omitempty"`
+	// CreditNew is the credit a buyer with no paid history starts with, a
+	// decimal in Currency; empty: 1 (see credit.go). It grows with the
+	// buyer's acknowledged payments up to CreditLimit.
+	CreditNew string `json:"credit_new,omitempty"`
 }
 
 // DefaultConfig is what `suanli init` writes.

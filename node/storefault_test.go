@@ -122,3 +122,36 @@ func TestTakeRefusedWhenTermsNotStored(t *testing.T) {
 		t.Errorf("bid after the disk recovered = %+v, %v; want filled", bid, err)
 	}
 }
+
+// TestLeaseFailsOnFullDisk: a provider whose disk is nearly full does not
+// crash in Badger (SIGBUS, see internal/store/space.go): the receipt it
+// cannot store ends the lease as failed, noting the full disk, and the
+// buyer is told. The negative control: with space again, a new lease
+// trades and is billed.
+func TestLeaseFailsOnFullDisk(t *testing.T) {
+	provider, buyer := startLeaseNet(t)
+	ctx := marketCtx(t)
+	id := trade(t, ctx, provider, buyer, "60s")
+	waitFor(t, ctx, "a countersigned receipt on the buyer", func() (bool, string) {
+		v, err := buyer.Lease(ctx, id)
+		return err == nil && v.Countersigned >= 1, sprint(v, err)
+	})
+	provider.SetDiskFree(1 << 20)
+	v := waitLeaseClosed(t, ctx, provider, id)
+	if v.Reason != "failed" || !strings.Contains(v.Note, "disk nearly full") {
+		t.Errorf("provider's lease = reason %q, note %q; want failed, noting the full disk", v.Reason, v.Note)
+	}
+	bv := waitLeaseClosed(t, ctx, buyer, id)
+	if bv.Reason != "failed" || !strings.Contains(bv.Note, "disk nearly full") {
+		t.Errorf("buyer's lease = reason %q, note %q; want failed, told why", bv.Reason, bv.Note)
+	}
+	if bv.Countersigned > v.Receipts {
+		t.Errorf("buyer countersigned %d receipts, the provider stored %d", bv.Countersigned, v.Receipts)
+	}
+	provider.SetDiskFree(0)
+	id2 := trade(t, ctx, provider, buyer, "3s")
+	waitFor(t, ctx, "the new lease billed and countersigned", func() (bool, string) {
+		v, err := buyer.Lease(ctx, id2)
+		return err == nil && v.Countersigned >= 1, sprint(v, err)
+	})
+}

@@ -539,6 +539,11 @@ func (n *Node) followExec(r *leaseRun) {
 		if done {
 			return
 		}
+		r.mu.Lock()
+		if r.execDownSince.IsZero() {
+			r.execDownSince = n.now() // no word from the workload (market.VouchWindow)
+		}
+		r.mu.Unlock()
 		if attempt == 0 && err != nil {
 			n.appendLog(r, p2p.FrameStderr, []byte("suanli: "+err.Error()+"\n"))
 		}
@@ -579,6 +584,7 @@ func (n *Node) execOnce(r *leaseRun, req []byte, lastOutput *int64) (done bool, 
 			if json.Unmarshal(body, &info) == nil {
 				r.mu.Lock()
 				r.rec.Info, r.rec.Executor = &info, info.Executor
+				r.execDownSince = time.Time{}
 				n.putRecordLocked(r)
 				r.mu.Unlock()
 			}
@@ -587,6 +593,9 @@ func (n *Node) execOnce(r *leaseRun, req []byte, lastOutput *int64) (done bool, 
 			if json.Unmarshal(body, &res) == nil {
 				r.mu.Lock()
 				r.rec.Exit = &res
+				if r.exitedAt.IsZero() {
+					r.exitedAt = n.now()
+				}
 				if r.rec.Executor == "" {
 					r.rec.Executor = ExecProcess
 				}

@@ -300,6 +300,7 @@ func cmdDaemon(e *env, args []string) error {
 	sf.register(fs)
 	creditLimit := fs.String("credit-limit", "", "most a buyer may owe unpaid, a `decimal` in the price currency, or none (default from config: "+node.DefaultCreditLimit+")")
 	logCap := fs.Int64("log-cap", node.DefaultLogCap>>20, "keep at most `MiB` of each lease's workload output (the newest)")
+	creditNew := fs.String("credit-new", "", "credit of a buyer with no paid history, a `decimal` in the price currency, growing with its payments up to --credit-limit (default from config: "+node.DefaultCreditNew+")")
 	if err := parse(e, fs, args, 0); err != nil {
 		return err
 	}
@@ -341,6 +342,9 @@ func cmdDaemon(e *env, args []string) error {
 		opts = append(opts, node.WithCreditLimit(*creditLimit, *currency))
 	}
 	opts = append(opts, node.WithLogCap(*logCap<<20))
+	if *creditNew != "" {
+		opts = append(opts, node.WithCreditNew(*creditNew))
+	}
 	xopts, err := xf.options(*sim != "")
 	if err != nil {
 		return err

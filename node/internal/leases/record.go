@@ -43,6 +43,21 @@ type Record struct {
 	PreemptAt time.Time `json:"preempt_at,omitzero"`
 	// BidID is the buyer's bid the lease came from (buyer).
 	BidID string `json:"bid_id,omitempty"`
+	// CloseOwed is the close notice this node still owes its counterparty:
+	// re-sent, across restarts, until the counterparty acknowledges it.
+	CloseOwed *CloseNotice `json:"close_owed,omitempty"`
+	// CloseRefused: the counterparty refused this node's close notice, so
+	// the counterparty's own close is the one both keep.
+	CloseRefused bool `json:"close_refused,omitempty"`
+}
+
+// CloseNotice is the body of a close message (p2p.FrameClose): which
+// lease, why and when its sender ended it.
+type CloseNotice struct {
+	Lease  string             `json:"lease"`
+	Reason market.CloseReason `json:"reason"`
+	AtMs   int64              `json:"at_ms"`
+	Note   string             `json:"note,omitempty"` // why, in words (a workload's exit, say)
 }
 
 // PutRecord stores a lease's record, synced.

@@ -35,6 +35,21 @@ func (s *Store) PutReceipt(id string, seq uint64, sr *proto.SignedReceipt) error
 	return s.syncPut(receiptKey(id, seq), b)
 }
 
+// DropReceipts deletes a lease's receipts from seq from to seq to, in one
+// synced transaction. Only a provider's own receipts that its buyer never
+// countersigned are dropped: those billing past a close both sides agreed
+// on after the fact (node.takeClose).
+func (s *Store) DropReceipts(id string, from, to uint64) error {
+	return s.syncUpdate(func(txn *badger.Txn) error {
+		for seq := from; seq <= to; seq++ {
+			if err := s.del(txn, receiptKey(id, seq)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // GetReceipt reads a lease's receipt seq; ErrNotFound when none is stored.
 func (s *Store) GetReceipt(id string, seq uint64) (*proto.SignedReceipt, error) {
 	b, err := s.get(receiptKey(id, seq))

@@ -21,6 +21,11 @@ type Store struct {
 	now func() time.Time
 	// fault, when set, is asked before every write (FailWrites).
 	fault atomic.Pointer[func(key []byte) error]
+	// dir and minFree: no write when dir's filesystem has less free
+	// (space.go); free, when set, replaces statfs (SetFreeBytes).
+	dir     string
+	minFree int64
+	free    atomic.Pointer[func(dir string) (uint64, error)]
 }
 
 // Options configure Open.
@@ -29,6 +34,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock deciding which holds are live. Default: time.Now.
 	Now func() time.Time
+	// MinFree is the least free space, in bytes, on the store's
+	// filesystem for a write to go ahead (ErrDiskFull); 0: DefaultMinFree,
+	// negative: no check.
+	MinFree int64
 }
 
 // ErrNotFound is returned when a key is not stored.
@@ -46,7 +55,7 @@ func Open(dir string, o Options) (*Store, error) {
 		WithLogger(badgerLogger{o.Logger}).
 		// A market node's working set is small; keep each store modest so a
 		// devnet of dozens of nodes fits in one process.
-		WithMemTableSize(8 << 20).
+		WithMemTableSize(memTableSize).
 		WithBlockCacheSize(16 << 20).
 		WithIndexCacheSize(8 << 20).
 		WithValueLogFileSize(64 << 20).
@@ -57,7 +66,10 @@ func Open(dir string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", dir, err)
 	}
-	return &Store{db: db, now: o.Now}, nil
+	if o.MinFree == 0 {
+		o.MinFree = DefaultMinFree
+	}
+	return &Store{db: db, now: o.Now, dir: dir, minFree: o.MinFree}, nil
 }
 
 // Close closes the datastore.
@@ -96,12 +108,21 @@ func (s *Store) del(txn *badger.Txn, k []byte) error {
 
 // put writes one key.
 func (s *Store) put(k, v []byte) error {
-	return s.db.Update(func(txn *badger.Txn) error { return s.set(txn, k, v) })
+	return s.update(func(txn *badger.Txn) error { return s.set(txn, k, v) })
+}
+
+// update runs fn in a write transaction, unless the disk is nearly full
+// (ErrDiskFull).
+func (s *Store) update(fn func(txn *badger.Txn) error) error {
+	if err := s.checkSpace(); err != nil {
+		return err
+	}
+	return s.db.Update(fn)
 }
 
 // syncUpdate runs fn in a write transaction and syncs it to disk.
 func (s *Store) syncUpdate(fn func(txn *badger.Txn) error) error {
-	if err := s.db.Update(fn); err != nil {
+	if err := s.update(fn); err != nil {
 		return err
 	}
 	return s.db.Sync()

@@ -19,7 +19,7 @@ import (
 // than before.
 func (s *Store) NextOfferSeq(atLeast uint64) (uint64, error) {
 	var next uint64
-	err := s.db.Update(func(txn *badger.Txn) error {
+	err := s.update(func(txn *badger.Txn) error {
 		var cur uint64
 		item, err := txn.Get(keyOfferSeq)
 		switch {
@@ -129,7 +129,7 @@ func (s *Store) ReserveGPUs(uuids []string, lease string, end time.Time, over ..
 // one transaction; holds of other leases stay. Not synced: a release
 // lost in a crash leaves a hold that lapses at its end.
 func (s *Store) ReleaseGPUs(uuids []string, lease string) error {
-	return s.db.Update(func(txn *badger.Txn) error {
+	return s.update(func(txn *badger.Txn) error {
 		for _, u := range uuids {
 			item, err := txn.Get(gpuKey(u))
 			switch {
