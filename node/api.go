@@ -3,6 +3,7 @@ package node
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -25,6 +26,9 @@ func offerFilter(q api.OfferQuery) (market.OfferFilter, error) {
 		MinMilliCPUsPerGPU: q.MinVCPUsPerGPU * 1000,
 		MinRAMBytesPerGPU:  q.MinRAMGiBPerGPU << 30,
 		MinFreeGPUs:        q.MinFreeGPUs,
+	}
+	if q.MinIsolation != "" && !slices.Contains(isolationLevels[1:], q.MinIsolation) {
+		return f, api.BadRequest("min_isolation %q: want process, container or container-userns", q.MinIsolation)
 	}
 	if q.MinGPUs < 0 || q.MinFreeGPUs < 0 {
 		return f, api.BadRequest("min-gpus and min-free must not be negative")
@@ -56,6 +60,7 @@ func offerView(o *proto.Offer, f market.OfferFilter) api.OfferView {
 		Price:       market.FormatMicros(o.GetPricing().GetOnDemandMicros(), o.GetPricing().GetCurrency()),
 		Currency:    o.GetPricing().GetCurrency(),
 		Attestation: attestationName(o.Attestation),
+		Isolation:   isolationName(o.Isolation),
 		Seq:         o.Seq,
 		Expires:     time.UnixMilli(o.ExpiresUnixMs).UTC(),
 		Addrs:       o.Addrs,

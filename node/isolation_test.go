@@ -28,6 +28,17 @@ func TestStatusIsolation(t *testing.T) {
 	if st, err := buyer.Status(ctx); err != nil || st.Isolation != nil {
 		t.Errorf("a buyer's status shows isolation %+v (%v)", st.Isolation, err)
 	}
+	// The offer states the level, and a buyer filters on it.
+	waitFor(t, ctx, "the offer's isolation level", func() (bool, string) {
+		os, err := buyer.Offers(ctx, api.OfferQuery{MinIsolation: api.IsolationProcess})
+		return err == nil && len(os) == 1 && os[0].Isolation == api.IsolationProcess, sprint(os, err)
+	})
+	if os, err := buyer.Offers(ctx, api.OfferQuery{MinIsolation: api.IsolationContainer}); err != nil || len(os) != 0 {
+		t.Errorf("offers of at least container = %+v, %v; want none", os, err)
+	}
+	if _, err := buyer.Offers(ctx, api.OfferQuery{MinIsolation: "sandbox"}); err == nil {
+		t.Error("a nonsense min_isolation was accepted")
+	}
 	reserveOnly, _ := startLeaseNet(t)
 	if st, err := reserveOnly.Status(ctx); err != nil || st.Isolation == nil || st.Isolation.Level != api.IsolationNone {
 		t.Errorf("reserve-only isolation = %+v (%v), want none", st.Isolation, err)

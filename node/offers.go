@@ -50,7 +50,7 @@ func (n *Node) Offers(ctx context.Context, q api.OfferQuery) (_ []api.OfferView,
 	}
 	list := make([]*proto.Offer, 0, len(offers))
 	for _, o := range offers {
-		if f.Match(o) {
+		if f.Match(o) && isolationAtLeast(o.Isolation, q.MinIsolation) {
 			list = append(list, o)
 		}
 	}

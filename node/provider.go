@@ -223,6 +223,9 @@ func (n *Node) buildOffer() (*proto.Offer, error) {
 		Attestation: proto.AttestationLevel_ATTESTATION_LEVEL_SELF_REPORTED,
 		Addrs:       n.Addrs(),
 	}
+	if n.isolation != nil {
+		o.Isolation = isolationProto(n.isolation.Level)
+	}
 	per := n.resourcesPerGPU()
 	o.Host.MilliCpusPerGpu, o.Host.MemoryBytesPerGpu, o.Host.DiskBytesPerGpu = uint64(per.milliCPUs), per.ram, per.disk
 	o.Host.MemoryBytes = hostMemory()

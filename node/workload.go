@@ -22,6 +22,7 @@ import (
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/executor"
 	"github.com/suanli/suanli/p2p"
+	"github.com/suanli/suanli/proto"
 )
 
 // WorkloadSpec is what a buyer's bid asks the provider to run on the
@@ -57,8 +58,30 @@ func decodeExecRequest(body []byte) (execRequest, error) {
 	return req, nil
 }
 
-// isolationLevels orders the levels, weakest first.
+// isolationLevels orders the levels, weakest first, as the offer's
+// proto.IsolationLevel numbers them (from 1).
 var isolationLevels = []string{api.IsolationNone, api.IsolationProcess, api.IsolationContainer, api.IsolationContainerUserNS}
+
+// isolationProto is the offer's form of a level.
+func isolationProto(level string) proto.IsolationLevel {
+	if i := slices.Index(isolationLevels, level); i >= 0 {
+		return proto.IsolationLevel(i + 1)
+	}
+	return proto.IsolationLevel_ISOLATION_LEVEL_UNSPECIFIED
+}
+
+// isolationName is a level as the API shows it ("" when unstated).
+func isolationName(l proto.IsolationLevel) string {
+	if i := int(l) - 1; i >= 0 && i < len(isolationLevels) {
+		return isolationLevels[i]
+	}
+	return ""
+}
+
+// isolationAtLeast reports whether an offer's level meets min ("": any).
+func isolationAtLeast(l proto.IsolationLevel, min string) bool {
+	return min == "" || slices.Index(isolationLevels, isolationName(l)) >= slices.Index(isolationLevels, min)
+}
 
 // addIsolation records what an executor enforces; the node's level is the
 // weakest of the executors that run buyer code.

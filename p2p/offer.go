@@ -66,6 +66,9 @@ func OpenOffer(b []byte, now time.Time) (*proto.Offer, peer.ID, error) {
 	if err := market.ValidateOffer(o, now); err != nil {
 		return nil, "", err
 	}
+	if _, ok := proto.IsolationLevel_name[int32(o.Isolation)]; !ok {
+		return nil, "", fmt.Errorf("%w: isolation level %d is none of the known levels", market.ErrOfferSchema, o.Isolation)
+	}
 	return o, signer, nil
 }
 

@@ -296,6 +296,12 @@ func offerCases(tb testing.TB) []offerCase {
 			value: mutate(func(o *proto.Offer) {
 				o.Gpus[0].LeasedUntilUnixMs = o.CreatedUnixMs + market.MaxLeaseDuration.Milliseconds() + 1
 			})},
+		{name: "valid/isolation container-userns", key: keyA,
+			value: mutate(func(o *proto.Offer) { o.Isolation = proto.IsolationLevel_ISOLATION_LEVEL_CONTAINER_USERNS })},
+		{name: "schema: isolation level unknown", key: keyA, err: market.ErrOfferSchema, reason: "schema",
+			value: mutate(func(o *proto.Offer) { o.Isolation = 99 })},
+		{name: "schema: isolation level negative", key: keyA, err: market.ErrOfferSchema, reason: "schema",
+			value: mutate(func(o *proto.Offer) { o.Isolation = -1 })},
 		{name: "price: zero on-demand", key: keyA, err: market.ErrOfferPrice, reason: "price",
 			value: mutate(func(o *proto.Offer) { o.Pricing.OnDemandMicros = 0 })},
 		{name: "evidence: cc level without evidence", key: keyA, err: market.ErrOfferEvidence, reason: "evidence",

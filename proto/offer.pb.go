@@ -24,6 +24,66 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// IsolationLevel orders what a provider enforces, weakest first.
+type IsolationLevel int32
+
+const (
+	IsolationLevel_ISOLATION_LEVEL_UNSPECIFIED IsolationLevel = 0
+	// NONE: no buyer code runs (reserve only).
+	IsolationLevel_ISOLATION_LEVEL_NONE IsolationLevel = 1
+	// PROCESS: an unprivileged uid and a cgroup of its own per lease.
+	IsolationLevel_ISOLATION_LEVEL_PROCESS IsolationLevel = 2
+	// CONTAINER: a container per lease on its own firewalled network.
+	IsolationLevel_ISOLATION_LEVEL_CONTAINER IsolationLevel = 3
+	// CONTAINER_USERNS: as CONTAINER, with user-namespace remapping.
+	IsolationLevel_ISOLATION_LEVEL_CONTAINER_USERNS IsolationLevel = 4
+)
+
+// Enum value maps for IsolationLevel.
+var (
+	IsolationLevel_name = map[int32]string{
+		0: "ISOLATION_LEVEL_UNSPECIFIED",
+		1: "ISOLATION_LEVEL_NONE",
+		2: "ISOLATION_LEVEL_PROCESS",
+		3: "ISOLATION_LEVEL_CONTAINER",
+		4: "ISOLATION_LEVEL_CONTAINER_USERNS",
+	}
+	IsolationLevel_value = map[string]int32{
+		"ISOLATION_LEVEL_UNSPECIFIED":      0,
+		"ISOLATION_LEVEL_NONE":             1,
+		"ISOLATION_LEVEL_PROCESS":          2,
+		"ISOLATION_LEVEL_CONTAINER":        3,
+		"ISOLATION_LEVEL_CONTAINER_USERNS": 4,
+	}
+)
+
+func (x IsolationLevel) Enum() *IsolationLevel {
+	p := new(IsolationLevel)
+	*p = x
+	return p
+}
+
+func (x IsolationLevel) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (IsolationLevel) Descriptor() protoreflect.EnumDescriptor {
+	return file_offer_proto_enumTypes[0].Descriptor()
+}
+
+func (IsolationLevel) Type() protoreflect.EnumType {
+	return &file_offer_proto_enumTypes[0]
+}
+
+func (x IsolationLevel) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use IsolationLevel.Descriptor instead.
+func (IsolationLevel) EnumDescriptor() ([]byte, []int) {
+	return file_offer_proto_rawDescGZIP(), []int{0}
+}
+
 type AttestationLevel int32
 
 const (
@@ -57,11 +117,11 @@ func (x AttestationLevel) String() string {
 }
 
 func (AttestationLevel) Descriptor() protoreflect.EnumDescriptor {
-	return file_offer_proto_enumTypes[0].Descriptor()
+	return file_offer_proto_enumTypes[1].Descriptor()
 }
 
 func (AttestationLevel) Type() protoreflect.EnumType {
-	return &file_offer_proto_enumTypes[0]
+	return &file_offer_proto_enumTypes[1]
 }
 
 func (x AttestationLevel) Number() protoreflect.EnumNumber {
@@ -70,7 +130,7 @@ func (x AttestationLevel) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AttestationLevel.Descriptor instead.
 func (AttestationLevel) EnumDescriptor() ([]byte, []int) {
-	return file_offer_proto_rawDescGZIP(), []int{0}
+	return file_offer_proto_rawDescGZIP(), []int{1}
 }
 
 // Offer is what a provider publishes to the DHT under /suanli-offer/<peer>:
@@ -100,6 +160,10 @@ type Offer struct {
 	// evidence_nonce is the nonce every GPU's evidence in this offer answers:
 	// SHA-256 of "suanli-offer-evidence" ‖ provider ‖ seq (EvidenceNonce).
 	EvidenceNonce []byte `protobuf:"bytes,14,opt,name=evidence_nonce,json=evidenceNonce,proto3" json:"evidence_nonce,omitempty"`
+	// isolation is what keeps a buyer's workload from the provider and the
+	// next tenant: the weakest level among the executors the provider allows
+	// that run buyer code (as `suanli status` shows it).
+	Isolation     IsolationLevel `protobuf:"varint,15,opt,name=isolation,proto3,enum=suanli.v1.IsolationLevel" json:"isolation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -230,6 +294,13 @@ func (x *Offer) GetEvidenceNonce() []byte {
 		return x.EvidenceNonce
 	}
 	return nil
+}
+
+func (x *Offer) GetIsolation() IsolationLevel {
+	if x != nil {
+		return x.Isolation
+	}
+	return IsolationLevel_ISOLATION_LEVEL_UNSPECIFIED
 }
 
 // GPU is one device as NVML reported it.
@@ -788,7 +859,7 @@ var File_offer_proto protoreflect.FileDescriptor
 const file_offer_proto_rawDesc = "" +
 	"\n" +
 	"\voffer.proto\x12\tsuanli.v1\x1a\n" +
-	"book.proto\"\xf3\x03\n" +
+	"book.proto\"\xac\x04\n" +
 	"\x05Offer\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\fR\bprovider\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12&\n" +
@@ -806,7 +877,8 @@ const file_offer_proto_rawDesc = "" +
 	"compliance\x18\f \x03(\tR\n" +
 	"compliance\x12\x14\n" +
 	"\x05certs\x18\r \x03(\fR\x05certs\x12%\n" +
-	"\x0eevidence_nonce\x18\x0e \x01(\fR\revidenceNonce\"\xac\x03\n" +
+	"\x0eevidence_nonce\x18\x0e \x01(\fR\revidenceNonce\x127\n" +
+	"\tisolation\x18\x0f \x01(\x0e2\x19.suanli.v1.IsolationLevelR\tisolation\"\xac\x03\n" +
 	"\x03GPU\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -856,7 +928,13 @@ const file_offer_proto_rawDesc = "" +
 	"\x0emin_duration_s\x18\x01 \x01(\x03R\fminDurationS\x12$\n" +
 	"\x0emax_duration_s\x18\x02 \x01(\x03R\fmaxDurationS\x12.\n" +
 	"\x13billing_increment_s\x18\x03 \x01(\x03R\x11billingIncrementS\x12,\n" +
-	"\x12charge_increment_s\x18\x04 \x01(\x03R\x10chargeIncrementS*}\n" +
+	"\x12charge_increment_s\x18\x04 \x01(\x03R\x10chargeIncrementS*\xad\x01\n" +
+	"\x0eIsolationLevel\x12\x1f\n" +
+	"\x1bISOLATION_LEVEL_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14ISOLATION_LEVEL_NONE\x10\x01\x12\x1b\n" +
+	"\x17ISOLATION_LEVEL_PROCESS\x10\x02\x12\x1d\n" +
+	"\x19ISOLATION_LEVEL_CONTAINER\x10\x03\x12$\n" +
+	" ISOLATION_LEVEL_CONTAINER_USERNS\x10\x04*}\n" +
 	"\x10AttestationLevel\x12!\n" +
 	"\x1dATTESTATION_LEVEL_UNSPECIFIED\x10\x00\x12#\n" +
 	"\x1fATTESTATION_LEVEL_SELF_REPORTED\x10\x01\x12!\n" +
@@ -874,33 +952,35 @@ func file_offer_proto_rawDescGZIP() []byte {
 	return file_offer_proto_rawDescData
 }
 
-var file_offer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_offer_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_offer_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_offer_proto_goTypes = []any{
-	(AttestationLevel)(0), // 0: suanli.v1.AttestationLevel
-	(*Offer)(nil),         // 1: suanli.v1.Offer
-	(*GPU)(nil),           // 2: suanli.v1.GPU
-	(*Evidence)(nil),      // 3: suanli.v1.Evidence
-	(*Host)(nil),          // 4: suanli.v1.Host
-	(*Pricing)(nil),       // 5: suanli.v1.Pricing
-	(*Discount)(nil),      // 6: suanli.v1.Discount
-	(*LeaseTerms)(nil),    // 7: suanli.v1.LeaseTerms
-	(*PriceWindow)(nil),   // 8: suanli.v1.PriceWindow
+	(IsolationLevel)(0),   // 0: suanli.v1.IsolationLevel
+	(AttestationLevel)(0), // 1: suanli.v1.AttestationLevel
+	(*Offer)(nil),         // 2: suanli.v1.Offer
+	(*GPU)(nil),           // 3: suanli.v1.GPU
+	(*Evidence)(nil),      // 4: suanli.v1.Evidence
+	(*Host)(nil),          // 5: suanli.v1.Host
+	(*Pricing)(nil),       // 6: suanli.v1.Pricing
+	(*Discount)(nil),      // 7: suanli.v1.Discount
+	(*LeaseTerms)(nil),    // 8: suanli.v1.LeaseTerms
+	(*PriceWindow)(nil),   // 9: suanli.v1.PriceWindow
 }
 var file_offer_proto_depIdxs = []int32{
-	4, // 0: suanli.v1.Offer.host:type_name -> suanli.v1.Host
-	2, // 1: suanli.v1.Offer.gpus:type_name -> suanli.v1.GPU
-	5, // 2: suanli.v1.Offer.pricing:type_name -> suanli.v1.Pricing
-	7, // 3: suanli.v1.Offer.terms:type_name -> suanli.v1.LeaseTerms
-	0, // 4: suanli.v1.Offer.attestation:type_name -> suanli.v1.AttestationLevel
-	3, // 5: suanli.v1.GPU.evidence:type_name -> suanli.v1.Evidence
-	6, // 6: suanli.v1.Pricing.reserved:type_name -> suanli.v1.Discount
-	8, // 7: suanli.v1.Pricing.schedule:type_name -> suanli.v1.PriceWindow
-	8, // [8:8] is the sub-list for method output_type
-	8, // [8:8] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	5, // 0: suanli.v1.Offer.host:type_name -> suanli.v1.Host
+	3, // 1: suanli.v1.Offer.gpus:type_name -> suanli.v1.GPU
+	6, // 2: suanli.v1.Offer.pricing:type_name -> suanli.v1.Pricing
+	8, // 3: suanli.v1.Offer.terms:type_name -> suanli.v1.LeaseTerms
+	1, // 4: suanli.v1.Offer.attestation:type_name -> suanli.v1.AttestationLevel
+	0, // 5: suanli.v1.Offer.isolation:type_name -> suanli.v1.IsolationLevel
+	4, // 6: suanli.v1.GPU.evidence:type_name -> suanli.v1.Evidence
+	7, // 7: suanli.v1.Pricing.reserved:type_name -> suanli.v1.Discount
+	9, // 8: suanli.v1.Pricing.schedule:type_name -> suanli.v1.PriceWindow
+	9, // [9:9] is the sub-list for method output_type
+	9, // [9:9] is the sub-list for method input_type
+	9, // [9:9] is the sub-list for extension type_name
+	9, // [9:9] is the sub-list for extension extendee
+	0, // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_offer_proto_init() }
@@ -914,7 +994,7 @@ func file_offer_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_offer_proto_rawDesc), len(file_offer_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,

@@ -86,6 +86,7 @@ func cmdOffers(e *env, args []string) error {
 	fs.StringVar(&q.MaxPrice, "max-price", "", "highest on-demand price per GPU-hour, a `decimal`")
 	fs.StringVar(&q.Currency, "currency", "USD", "`currency` of --max-price")
 	fs.BoolVar(&q.CCAttested, "cc-attested", false, "only offers carrying confidential-computing evidence")
+	fs.StringVar(&q.MinIsolation, "min-isolation", "", "only providers isolating tenants at least at `level`: process, container or container-userns")
 	fs.Uint64Var(&q.MinVCPUsPerGPU, "min-vcpus-per-gpu", 0, "at least `N` vCPUs with each GPU")
 	fs.Uint64Var(&q.MinRAMGiBPerGPU, "min-ram-per-gpu", 0, "at least `GIB` of RAM with each GPU")
 	fs.StringVar(&q.Sort, "sort", "price", "sort by price, vram or gpus")

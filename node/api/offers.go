@@ -21,20 +21,26 @@ type OfferQuery struct {
 	// MinFreeGPUs keeps offers with at least this many matching GPUs free
 	// (not leased) now.
 	MinFreeGPUs int `json:"min_free_gpus,omitempty"`
+	// MinIsolation keeps offers whose isolation level is at least this
+	// (process, container, container-userns).
+	MinIsolation string `json:"min_isolation,omitempty"`
 }
 
 // OfferView is an offer as a buyer sees it. Money is a decimal string beside
 // its currency, never a float.
 type OfferView struct {
-	Provider    string    `json:"provider"`
-	Region      string    `json:"region"`
-	Price       string    `json:"price"`
-	Currency    string    `json:"currency"`
-	SpotFloor   string    `json:"spot_floor,omitempty"`
-	Attestation string    `json:"attestation"`
-	Seq         uint64    `json:"seq"`
-	Expires     time.Time `json:"expires"`
-	Addrs       []string  `json:"addrs,omitempty"`
+	Provider    string `json:"provider"`
+	Region      string `json:"region"`
+	Price       string `json:"price"`
+	Currency    string `json:"currency"`
+	SpotFloor   string `json:"spot_floor,omitempty"`
+	Attestation string `json:"attestation"`
+	// Isolation is the provider's isolation level (IsolationNone, …; ""
+	// when its offer does not say).
+	Isolation string    `json:"isolation,omitempty"`
+	Seq       uint64    `json:"seq"`
+	Expires   time.Time `json:"expires"`
+	Addrs     []string  `json:"addrs,omitempty"`
 	// Matching is how many of the GPUs pass the query's GPU and memory filters.
 	Matching int          `json:"matching_gpus"`
 	GPUs     []GPUSummary `json:"gpus"`

@@ -150,6 +150,9 @@ func (c *Client) Offers(ctx context.Context, q api.OfferQuery) (v []api.OfferVie
 	if q.CCAttested {
 		p.Set("cc_attested", "true")
 	}
+	if q.MinIsolation != "" {
+		p.Set("min_isolation", q.MinIsolation)
+	}
 	err = c.get(ctx, "/offers", p, &v)
 	return v, err
 }

@@ -195,6 +195,7 @@ func offerQueryFromURL(r *http.Request) (api.OfferQuery, error) {
 	q := api.OfferQuery{
 		GPU: v.Get("gpu"), Region: v.Get("region"), MaxPrice: v.Get("max_price"),
 		Currency: v.Get("currency"), Sort: v.Get("sort"), CCAttested: v.Get("cc_attested") == "true",
+		MinIsolation: v.Get("min_isolation"),
 	}
 	var err error
 	if s := v.Get("min_gpus"); s != "" {
