@@ -103,3 +103,24 @@ func TestKillProviderSlurm(t *testing.T) {
 func ended(state string) bool {
 	return state != "PENDING" && state != "RUNNING" && state != "COMPLETING" && state != "SUSPENDED"
 }
+
+// TestSlurmFlagsMisuse: the --backend and --slurm-* flags that cannot
+// work together are usage errors (exit 2), before any repo or cluster is
+// touched.
+func TestSlurmFlagsMisuse(t *testing.T) {
+	t.Parallel()
+	repo := t.TempDir() + "/repo"
+	for _, args := range [][]string{
+		{"--backend", "k8s"},
+		{"--slurm-market", "h100=nvidia-h100-sxm5-80gb"},
+		{"--slurm-partition", "gpu"},
+		{"--backend", "slurm", "--gpu-sim", "dgxh100"},
+		{"--backend", "slurm", "--no-gpu"},
+		{"--backend", "slurm", "--slurm-market", "h100"},
+	} {
+		_, stderr := wantExit(t, append([]string{"--repo", repo, "daemon"}, args...), 2)
+		if !strings.Contains(stderr, "usage: suanli daemon") {
+			t.Errorf("daemon %q: stderr lacks the usage:\n%s", args, stderr)
+		}
+	}
+}
