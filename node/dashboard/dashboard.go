@@ -16,8 +16,9 @@ var static embed.FS
 const Prefix = "/dashboard/"
 
 // contentSecurityPolicy allows only the page's own files and API: no inline
-// script, nothing fetched from elsewhere, no framing.
-const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+// script, nothing fetched from elsewhere, no framing. The one font is the
+// dashboard's own (static/fonts, see FONT.md).
+const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; " +
 	"connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 
 // Handler serves the dashboard's files under Prefix. The files hold no
