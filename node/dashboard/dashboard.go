@@ -1,6 +1,12 @@
 // Package dashboard is the web dashboard a daemon serves on its local API
 // address: hand-written HTML, CSS and JavaScript embedded in the binary,
 // which read the same /api/v0 views the CLI reads.
+//
+// The page takes its token from the URL's fragment and keeps the page the
+// fragment names: "#token=T" opens Markets, "#/node?token=T" (or
+// "#token=T&/node") This node, "#/lease/ID?token=T" a lease; the token is
+// then removed from the address. Routes: #/markets[/KEY], #/offers,
+// #/node, #/lease/ID, #/provider.
 package dashboard
 
 import (
