@@ -524,6 +524,7 @@ views.lease = async function (arg) {
   const logNotes = [];
   if (logs.dropped) logNotes.push(el("p", { class: "muted", id: "log-dropped" }, logs.dropped + " earlier chunks dropped: the node keeps the newest (daemon --log-cap)"));
   if (logs.error) logNotes.push(el("p", { class: "muted", id: "log-error" }, "no output: " + logs.error));
+  else if (!logs.text.length && l.role === "provider") logNotes.push(el("p", { class: "muted", id: "log-empty" }, "The output streams to the buyer, whose node keeps it (suanli logs there); the provider keeps none."));
   else if (!logs.text.length) logNotes.push(el("p", { class: "muted", id: "log-empty" }, logs.done ? "the workload wrote nothing" : "no output yet"));
   if (logs.done) logNotes.push(el("p", { class: "muted", id: "log-done" }, "the workload ended" + (logs.exit ? ": exit code " + logs.exit.code : "")));
   const out = [
