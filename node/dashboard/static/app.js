@@ -150,6 +150,8 @@ function timeTicks(t0, t1, n) {
   for (let t = Math.ceil((t0 - off) / step) * step + off; t <= t1; t += step) out.push(t);
   const opts = span > 86400000 ? { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" }
     : step < 60000 ? { hour: "2-digit", minute: "2-digit", second: "2-digit" } : { hour: "2-digit", minute: "2-digit" };
+  // A span too short for two round instants is labelled at its ends.
+  if (out.length < 2) return [t0, t1].map(t => ({ v: t, label: new Date(t).toLocaleTimeString() }));
   return out.map(t => ({ v: t, label: new Date(t).toLocaleString(undefined, opts) }));
 }
 
