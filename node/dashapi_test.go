@@ -97,6 +97,14 @@ func TestDashboardAPI(t *testing.T) {
 				if len(ms) != 1 || ms[0].Market != h100 || ms[0].Currency != "USD" || ms[0].Spot != fill.Price || ms[0].BestAsk != "2.30" || ms[0].Fills != 1 {
 					t.Errorf("%s Markets = %+v, want %s with spot %s, best ask 2.30, one fill", who, ms, h100, fill.Price)
 				}
+				// The provider's offer on the same row: the market is joined
+				// and offered by one provider.
+				if len(ms) == 1 && (!ms[0].Joined || ms[0].Providers != 1 || ms[0].OfferedGPUs == 0 || ms[0].LowestOffer == "") {
+					t.Errorf("%s Markets = %+v, want it joined and offered by one provider", who, ms[0])
+				}
+				if len(h.Points) == 1 && h.Points[0].LeaseType != fill.LeaseType {
+					t.Errorf("%s History lease type = %q, want the fill's %q", who, h.Points[0].LeaseType, fill.LeaseType)
+				}
 			}
 
 			page, err := impl.buyer.OrdersPage(ctx, api.PageQuery{Limit: 2})
@@ -176,5 +184,55 @@ func TestDashboardAPI(t *testing.T) {
 				t.Errorf("buyer GPUHistory error = %v, want ErrNoGPUs", err)
 			}
 		})
+	}
+}
+
+// TestMarketsFromOffers: a fresh buyer that joined no market lists the
+// markets the providers offer (from a DHT lookup), not joined, with the
+// providers, GPUs and lowest list price; a read-only request makes no
+// lookup, so it sees only what the node already stored.
+func TestMarketsFromOffers(t *testing.T) {
+	net := startNet(t, 1, 2)
+	provider, buyer, other := net.Providers[0], net.Buyers[0], net.Buyers[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	offer := provider.Published()
+	if offer == nil {
+		t.Fatal("the provider published no offer")
+	}
+	// Read-only on a node that never looked: nothing stored, no lookup.
+	ms, err := other.Markets(api.WithReadOnly(ctx))
+	if err != nil || len(ms) != 0 {
+		t.Errorf("read-only Markets of a fresh node = %+v, %v; want none (no lookup)", ms, err)
+	}
+	var row api.MarketSummary
+	waitFor(t, ctx, "the provider's market on the fresh buyer", func() (bool, string) {
+		ms, err := buyer.Markets(ctx)
+		for _, m := range ms {
+			if m.Market == h100 {
+				row = m
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(ms, err)
+	})
+	if row.Joined || row.Currency != "USD" || row.Providers != 1 || row.OfferedGPUs != len(offer.Gpus) || row.LowestOffer == "" || row.BestAsk != "" {
+		t.Errorf("fresh buyer's row = %+v, want %s not joined, offered by one provider with %d GPUs", row, h100, len(offer.Gpus))
+	}
+	if joined := buyer.JoinedMarkets(); len(joined) != 0 {
+		t.Errorf("listing markets joined %v, want none joined", joined)
+	}
+	// Now stored: read-only sees it too, through the API.
+	ep, err := client.ReadEndpoint(buyer.Repo())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err = buyer.Markets(api.WithReadOnly(ctx))
+	if err != nil || len(ms) != 1 || ms[0].Market != h100 || ms[0].Providers != 1 {
+		t.Errorf("read-only Markets after a lookup = %+v, %v; want %s from the stored offer", ms, err, h100)
+	}
+	ms, err = client.New(ep).Markets(ctx)
+	if err != nil || len(ms) != 1 || ms[0].Market != h100 || ms[0].Joined {
+		t.Errorf("Markets over HTTP = %+v, %v; want %s, not joined", ms, err, h100)
 	}
 }

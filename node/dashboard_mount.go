@@ -11,7 +11,9 @@ import (
 // DashboardURL is the address of the dashboard of the daemon running on a
 // repo, with a login token in the URL's fragment (which a browser never
 // sends to the server, nor in a Referer). With readOnly, a new read-only
-// token is issued; otherwise the node's full token is used.
+// token is issued; otherwise the node's full token is used. The URL opens
+// the Markets page; to open another, put its route before the token:
+// "…/dashboard/#/lease/ID?token=…" (see package dashboard).
 func DashboardURL(repo string, readOnly bool) (string, error) {
 	ep, err := client.ReadEndpoint(repo)
 	if err != nil {

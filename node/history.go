@@ -10,10 +10,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/peer"
+
 	"github.com/suanli/suanli/gpu"
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/internal/exchange"
+	"github.com/suanli/suanli/p2p"
+	"github.com/suanli/suanli/proto"
 )
 
 var (
@@ -34,27 +38,39 @@ const (
 // The price history is one point per applied fill, under
 // store.HistKey (market, currency, time, fill).
 
-// histPoint is the stored value: price, count, index (0: none).
+// histPoint is the stored value: price, count, index (0: none), and the
+// fill's lease type (0: unknown, a point stored before lease types were
+// kept).
 type histPoint struct {
-	price int64
-	count uint32
-	index int64
+	price     int64
+	count     uint32
+	index     int64
+	leaseType market.LeaseType
 }
 
-const histPointLen = 8 + 4 + 8
+// histPointLen is a stored point without its lease type (the first
+// format); histPointTypedLen with it.
+const (
+	histPointLen      = 8 + 4 + 8
+	histPointTypedLen = histPointLen + 1
+)
 
 func (p histPoint) encode() []byte {
 	b := binary.BigEndian.AppendUint64(nil, uint64(p.price))
 	b = binary.BigEndian.AppendUint32(b, p.count)
-	return binary.BigEndian.AppendUint64(b, uint64(p.index))
+	b = binary.BigEndian.AppendUint64(b, uint64(p.index))
+	if p.leaseType != 0 {
+		b = append(b, byte(p.leaseType))
+	}
+	return b
 }
 
 // errCorruptHistory is returned when a stored history point does not decode.
 var errCorruptHistory = errors.New("node: corrupt price history entry")
 
 func decodeHistPoint(b []byte) (histPoint, error) {
-	if len(b) != histPointLen {
-		return histPoint{}, fmt.Errorf("%w: %d bytes, want %d", errCorruptHistory, len(b), histPointLen)
+	if len(b) != histPointLen && len(b) != histPointTypedLen {
+		return histPoint{}, fmt.Errorf("%w: %d bytes, want %d or %d", errCorruptHistory, len(b), histPointLen, histPointTypedLen)
 	}
 	p := histPoint{
 		price: int64(binary.BigEndian.Uint64(b)),
@@ -64,12 +80,18 @@ func decodeHistPoint(b []byte) (histPoint, error) {
 	if p.price <= 0 || p.count == 0 || p.index < 0 {
 		return histPoint{}, fmt.Errorf("%w: price %d, count %d, index %d", errCorruptHistory, p.price, p.count, p.index)
 	}
+	if len(b) == histPointTypedLen {
+		p.leaseType = market.LeaseType(b[histPointLen])
+		if _, err := market.ParseLeaseType(p.leaseType.String()); err != nil {
+			return histPoint{}, fmt.Errorf("%w: lease type %d", errCorruptHistory, b[histPointLen])
+		}
+	}
 	return p, nil
 }
 
 // recordHistory stores one applied fill and the index after it.
 func (n *Node) recordHistory(f market.Fill, index int64) {
-	p := histPoint{price: f.Price, count: f.Quantity, index: index}
+	p := histPoint{price: f.Price, count: f.Quantity, index: index, leaseType: f.LeaseType}
 	if err := n.store.PutHistory(f.Market, f.Currency, f.Time, f.ID, p.encode()); err != nil {
 		n.log.Warn("storing price history failed", "fill", f.ID, "err", err)
 	}
@@ -109,6 +131,9 @@ func (n *Node) History(_ context.Context, mkt, currency string, q api.HistoryQue
 			return true
 		}
 		pp := api.PricePoint{Time: at, Fill: id, Price: market.FormatMicros(p.price, cur), PriceMicros: p.price, Count: p.count}
+		if p.leaseType != 0 {
+			pp.LeaseType = p.leaseType.String()
+		}
 		if p.index > 0 {
 			pp.Index, pp.IndexMicros = market.FormatMicros(p.index, cur), p.index
 		}
@@ -206,17 +231,26 @@ func (n *Node) GPUHistory(ctx context.Context) (_ api.GPUHistoryView, err error)
 	return v, nil
 }
 
-// Markets implements DashboardAPI.
-func (n *Node) Markets(context.Context) (_ []api.MarketSummary, err error) {
+// marketsLookupTimeout bounds the DHT lookup Markets makes on a node that
+// has not looked up offers in the last minute.
+const marketsLookupTimeout = 5 * time.Second
+
+// Markets implements DashboardAPI: the markets this node joined, with
+// their books, and the markets known from providers' offers (the DHT's,
+// through the node's offer cache), joined or not, with how many providers
+// offer how many GPUs from what list price. A read-only request starts no
+// lookup: it answers from the offers this node already stored.
+func (n *Node) Markets(ctx context.Context) (_ []api.MarketSummary, err error) {
 	defer classified(&err)
 	now := n.now()
-	out := []api.MarketSummary{}
-	seen := map[string]bool{}
+	type key struct{ market, currency string }
+	rows := map[key]*api.MarketSummary{}
+	joined := map[string]bool{}
 	n.books.Each(func(s *exchange.Replica) {
 		cur := s.Book.Currency()
 		f := func(p int64) string { return market.FormatMicros(p, cur) }
-		m := api.MarketSummary{Market: s.Book.Market(), Currency: cur, Fills: len(s.Fills())}
-		seen[m.Market] = true
+		m := api.MarketSummary{Market: s.Book.Market(), Currency: cur, Joined: true, Fills: len(s.Fills())}
+		joined[m.Market] = true
 		bids, asks := s.Book.Depth(0)
 		for _, l := range bids {
 			m.Bids += l.Orders
@@ -236,12 +270,51 @@ func (n *Node) Markets(context.Context) (_ []api.MarketSummary, err error) {
 		if p, ok := s.Index.Value(now); ok {
 			m.Index = f(p)
 		}
-		out = append(out, m)
+		rows[key{m.Market, cur}] = &m
 	})
+	joinedOnly := map[string]bool{}
 	for _, mkt := range n.books.Markets() {
-		if !seen[mkt] {
-			out = append(out, api.MarketSummary{Market: mkt})
+		if !joined[mkt] {
+			joinedOnly[mkt] = true
 		}
+		joined[mkt] = true
+	}
+	// What providers offer, per market and currency.
+	lowest := map[key]int64{}
+	for _, o := range n.knownOffers(ctx, now) {
+		cur := o.GetPricing().GetCurrency()
+		if _, err := market.LookupCurrency(cur); err != nil {
+			continue
+		}
+		counted := map[string]bool{}
+		for _, g := range o.Gpus {
+			if !market.ValidMarketKey(g.Market) {
+				continue
+			}
+			k := key{g.Market, cur}
+			m := rows[k]
+			if m == nil {
+				m = &api.MarketSummary{Market: g.Market, Currency: cur, Joined: joined[g.Market]}
+				rows[k] = m
+				delete(joinedOnly, g.Market)
+			}
+			m.OfferedGPUs++
+			if !counted[g.Market] {
+				counted[g.Market] = true
+				m.Providers++
+				if p := o.GetPricing().GetOnDemandMicros(); p > 0 && (lowest[k] == 0 || p < lowest[k]) {
+					lowest[k] = p
+					m.LowestOffer = market.FormatMicros(p, cur)
+				}
+			}
+		}
+	}
+	out := make([]api.MarketSummary, 0, len(rows)+len(joinedOnly))
+	for _, m := range rows {
+		out = append(out, *m)
+	}
+	for mkt := range joinedOnly {
+		out = append(out, api.MarketSummary{Market: mkt, Joined: true})
 	}
 	slices.SortFunc(out, func(a, b api.MarketSummary) int {
 		if c := strings.Compare(a.Market, b.Market); c != 0 {
@@ -250,6 +323,40 @@ func (n *Node) Markets(context.Context) (_ []api.MarketSummary, err error) {
 		return strings.Compare(a.Currency, b.Currency)
 	})
 	return out, nil
+}
+
+// knownOffers are the unexpired offers of every market this node knows:
+// its own, and the offer cache's from the last lookup of all markets (a
+// new lookup, bounded by marketsLookupTimeout, when that one is more than
+// a minute old). A read-only request, or a lookup that finds nothing, gets
+// the offers stored in Badger.
+func (n *Node) knownOffers(ctx context.Context, now time.Time) []*proto.Offer {
+	offers, warm := map[peer.ID]*proto.Offer{}, true
+	if !api.ReadOnly(ctx) {
+		offers, warm = n.offers.Warm(p2p.AnyMarket)
+	}
+	if !warm {
+		lctx, cancel := context.WithTimeout(ctx, marketsLookupTimeout)
+		var err error
+		offers, err = n.offers.Lookup(lctx, p2p.AnyMarket, false)
+		cancel()
+		if err != nil {
+			n.log.Debug("some offers could not be fetched", "err", err)
+		}
+	}
+	if len(offers) == 0 {
+		n.offers.FromStore(offers)
+	}
+	if o := n.Published(); o != nil {
+		offers[n.host.ID()] = o
+	}
+	out := make([]*proto.Offer, 0, len(offers))
+	for _, o := range offers {
+		if time.UnixMilli(o.ExpiresUnixMs).After(now) {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // OrdersPage implements DashboardAPI.

@@ -32,7 +32,15 @@ func TestHistoryPersists(t *testing.T) {
 	const mkt = "nvidia-h100-sxm5-80gb"
 	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	for i := range 10 {
-		f := market.Fill{ID: "fill" + string(rune('a'+i)), Market: mkt, Currency: "USD", Price: int64(2_000_000 + i*10_000), Quantity: uint32(i + 1), Time: t0.Add(time.Duration(i) * time.Minute)}
+		f := market.Fill{ID: "fill" + string(rune('a'+i)), Market: mkt, Currency: "USD", Price: int64(2_000_000 + i*10_000), Quantity: uint32(i + 1), Time: t0.Add(time.Duration(i) * time.Minute),
+			LeaseType: market.LeaseType(1 + i%3)}
+		if i == 0 { // a point stored before lease types were kept
+			p := histPoint{price: f.Price, count: f.Quantity, index: 2_000_000}
+			if err := n.store.PutHistory(f.Market, f.Currency, f.Time, f.ID, p.encode()[:histPointLen]); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
 		n.recordHistory(f, int64(2_000_000+i*5_000))
 	}
 	// Another market and currency are kept apart.
@@ -59,6 +67,16 @@ func TestHistoryPersists(t *testing.T) {
 	}
 	if h.Points[0].Price != "2.00" {
 		t.Errorf("point 0 price = %q, want 2.00", h.Points[0].Price)
+	}
+	// Each point keeps its fill's lease type; the old point has none.
+	for i, p := range h.Points {
+		want := market.LeaseType(1 + i%3).String()
+		if i == 0 {
+			want = ""
+		}
+		if p.LeaseType != want {
+			t.Errorf("point %d lease type = %q, want %q", i, p.LeaseType, want)
+		}
 	}
 	h, err = n.History(ctx, mkt, "USD", api.HistoryQuery{Limit: 3})
 	if err != nil || len(h.Points) != 3 || h.Points[0].Fill != "fillh" || h.Points[2].Fill != "fillj" {
@@ -100,6 +118,9 @@ func TestTelemetryHistoryRing(t *testing.T) {
 func FuzzDecodeHistPoint(f *testing.F) {
 	f.Add(histPoint{price: 2_500_000, count: 3, index: 2_400_000}.encode())
 	f.Add(histPoint{price: 1, count: 1}.encode())
+	f.Add(histPoint{price: 2_500_000, count: 2, index: 2_400_000, leaseType: market.Reserved}.encode())
+	f.Add(append(histPoint{price: 1, count: 1}.encode(), 0))
+	f.Add(append(histPoint{price: 1, count: 1}.encode(), 9))
 	f.Add([]byte{})
 	f.Add(bytes.Repeat([]byte{0xff}, histPointLen))
 	f.Fuzz(func(t *testing.T, b []byte) {

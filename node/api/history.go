@@ -48,18 +48,25 @@ type HistoryView struct {
 	Points   []PricePoint `json:"points"`
 }
 
-// MarketSummary is one joined market in one currency. Currency is empty
-// for a market joined but with no order or fill yet.
+// MarketSummary is one market in one currency: a market this node joined
+// (its book's best prices, spot, index and orders), or one known from
+// providers' offers (Joined false: how many providers offer how many GPUs,
+// from what on-demand list price per GPU-hour). Currency is empty for a
+// market joined but with no order, fill or offer yet.
 type MarketSummary struct {
-	Market   string `json:"market"`
-	Currency string `json:"currency,omitempty"`
-	BestBid  string `json:"best_bid,omitempty"`
-	BestAsk  string `json:"best_ask,omitempty"`
-	Spot     string `json:"spot,omitempty"`
-	Index    string `json:"index,omitempty"`
-	Bids     int    `json:"bid_orders"`
-	Asks     int    `json:"ask_orders"`
-	Fills    int    `json:"recent_fills"`
+	Market      string `json:"market"`
+	Currency    string `json:"currency,omitempty"`
+	Joined      bool   `json:"joined"`
+	Providers   int    `json:"providers,omitempty"`
+	OfferedGPUs int    `json:"offered_gpus,omitempty"`
+	LowestOffer string `json:"lowest_offer,omitempty"`
+	BestBid     string `json:"best_bid,omitempty"`
+	BestAsk     string `json:"best_ask,omitempty"`
+	Spot        string `json:"spot,omitempty"`
+	Index       string `json:"index,omitempty"`
+	Bids        int    `json:"bid_orders"`
+	Asks        int    `json:"ask_orders"`
+	Fills       int    `json:"recent_fills"`
 }
 
 // OrdersPageView is one page of orders and how many there are in all.
@@ -76,14 +83,18 @@ type PageQuery struct {
 	Status string `json:"status,omitempty"` // resting, filled, cancelled, expired, done; "" all
 }
 
-// PricePoint is one fill: its price and count, and the market's index just
-// after it was applied (empty when the index had no value).
+// PricePoint is one fill: its price, count and lease type (spot,
+// on-demand or reserved; empty for a point stored before lease types were
+// kept), and the market's index just after it was applied (empty when the
+// index had no value). The fills are the market's, whoever traded: every
+// fill this node saw applied to its replica of the book.
 type PricePoint struct {
 	Time        time.Time `json:"time"`
 	Fill        string    `json:"fill"`
 	Price       string    `json:"price"`
 	PriceMicros int64     `json:"price_micros"`
 	Count       uint32    `json:"count"`
+	LeaseType   string    `json:"lease_type,omitempty"`
 	Index       string    `json:"index,omitempty"`
 	IndexMicros int64     `json:"index_micros,omitempty"`
 }

@@ -142,7 +142,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	dir := screenshotDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	net, err := devnet.Start(ctx, devnet.Config{Providers: 1, Buyers: 1, Dir: t.TempDir(), Logger: quiet})
+	net, err := devnet.Start(ctx, devnet.Config{Providers: 1, Buyers: 1, Dir: t.TempDir(), Logger: quiet,
+		NodeOptions: []node.Option{node.WithExecutors(node.ExecReserve, node.ExecProcess)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,6 +174,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	step(t, bctx, "login with a wrong token",
 		chromedp.Navigate(base+"#token="+strings.Repeat("0", 64)),
 		chromedp.WaitVisible(chromedp.CSS("#login")),
+		into(new(bool), chromedp.Poll[bool](`document.getElementById("login-error").textContent !== ""`)),
 		into(&errText, chromedp.Text(chromedp.CSS("#login-error"))))
 	if !strings.Contains(errText, "refused") {
 		t.Errorf("login error after a wrong token = %q, want it refused", errText)
@@ -183,8 +185,27 @@ func TestDashboardInBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`#login-form button[type="submit"]`)),
 		chromedp.WaitVisible(chromedp.CSS("#nav")),
 		chromedp.WaitNotVisible(chromedp.CSS("#login")),
-		// No market joined yet: the page says so.
-		chromedp.WaitVisible(chromedp.CSS("table.markets td.empty")))
+		// No market joined yet, but the provider's offer is in the DHT:
+		// the fresh node lists its market, not joined, and joins nothing.
+		chromedp.WaitVisible(chromedp.CSS(`table.markets tr.unjoined[data-market="`+h100+`"]`)),
+		into(&text, chromedp.Text(chromedp.CSS(`table.markets tr[data-market="`+h100+`"]`))),
+		shot(t, dir, "markets-fresh"))
+	if !strings.Contains(text, "not yet") || !strings.Contains(text, "2.") {
+		t.Errorf("fresh node's market row = %q, want it not joined, with the offer's price", text)
+	}
+	if st, err := buyer.Status(ctx); err != nil || len(st.Markets) != 0 {
+		t.Errorf("after showing the markets, status = %+v, %v; want no market joined", st.Markets, err)
+	}
+	// 算力 in the header is drawn with the dashboard's own two glyphs (no
+	// CJK font is installed here); a buyer-only node has no Provider tab.
+	var brandFont, providerTab bool
+	step(t, bctx, "brand font and tabs",
+		into(&brandFont, chromedp.Poll[bool](`document.fonts.status === "loaded" && document.fonts.check('700 17px "Suanli Brand"', "算力") &&
+			[...document.fonts].some(f => f.family.includes("Suanli Brand") && f.status === "loaded")`)),
+		into(&providerTab, chromedp.Evaluate[bool](`document.querySelector('nav a[data-route="provider"]').offsetParent !== null`)))
+	if !brandFont || providerTab {
+		t.Errorf("brand font loaded %v, Provider tab shown on a buyer-only node %v; want true, false", brandFont, providerTab)
+	}
 
 	// A provider asks; the buyer's page shows the ask in the depth chart.
 	if _, err := provider.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: h100, Count: 4, Price: "2.30", MinDuration: "1s", Expires: "30m"}); err != nil {
@@ -195,12 +216,20 @@ func TestDashboardInBrowser(t *testing.T) {
 		return err == nil && bk.BestAsk == "2.30", fmt.Sprint(bk, err)
 	})
 	step(t, bctx, "depth chart",
-		chromedp.Navigate(buyerURL),
+		eval(`location.hash = "#/markets/`+h100+`"`),
 		chromedp.WaitVisible(chromedp.CSS(`#depth svg path.asks`)),
 		chromedp.WaitVisible(chromedp.CSS(`button[data-market="`+h100+`"]`)))
+	// axes is how many ticks the chart at sel has on its shorter axis.
+	axes := func(sel string) (n int) {
+		step(t, bctx, "axes of "+sel, into(&n, chromedp.Evaluate[int](fmt.Sprintf(`(() => { const s = document.querySelector(%q);
+			return s ? Math.min(s.querySelectorAll(".x-tick").length, s.querySelectorAll(".y-tick").length) : -1 })()`, sel))))
+		return n
+	}
 
 	// A trade happens: the page shows it, and the price history a point.
-	bid, err := buyer.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.40", Duration: "1h", Expires: "30m"})
+	// The bid runs a command on the leased GPUs: its output is on the lease page.
+	bid, err := buyer.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.40", Duration: "1h", Expires: "30m",
+		Exec: []string{"/bin/sh", "-c", "echo hello-from-the-lease; echo warn-on-stderr >&2; exec sleep 300"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,11 +240,35 @@ func TestDashboardInBrowser(t *testing.T) {
 	var spot string
 	step(t, bctx, "trade on the markets page",
 		chromedp.WaitVisible(chromedp.CSS(`#trades tr[data-fill="`+fill.ID+`"]`)),
-		chromedp.WaitVisible(chromedp.CSS(`#history svg circle.spot-dot`)),
+		chromedp.WaitVisible(chromedp.CSS(`#history svg g.series-type[data-lease-type="`+fill.LeaseType+`"] circle.spot-dot`)),
 		into(&spot, chromedp.Text(chromedp.CSS(".v-spot"))),
 		shot(t, dir, "markets"))
 	if spot != fill.Price {
 		t.Errorf("spot on the page = %q, want the trade's %s", spot, fill.Price)
+	}
+	// Both charts have axes with ticks and titles; the history's x axis is time.
+	var titles, otherTypes int
+	var legend string
+	step(t, bctx, "chart axes",
+		into(&titles, chromedp.Evaluate[int](`document.querySelectorAll("#depth .axis-title, #history .axis-title").length`)),
+		into(&otherTypes, chromedp.Evaluate[int](`document.querySelectorAll('#history g.series-type:not([data-lease-type="`+fill.LeaseType+`"])').length`)),
+		into(&legend, chromedp.Text(chromedp.CSS("#history-legend"))))
+	if d, h := axes("#depth svg"), axes("#history svg"); d < 2 || h < 2 || titles != 4 {
+		t.Errorf("depth chart %d ticks, history %d ticks per axis, %d axis titles; want at least 2 and 4", d, h, titles)
+	}
+	if otherTypes != 0 || !strings.Contains(legend, fill.LeaseType+" (1)") {
+		t.Errorf("history: %d series of other lease types, legend %q; want only %s with one fill", otherTypes, legend, fill.LeaseType)
+	}
+	// At 1400 px the trades table fits its card.
+	var cut bool
+	step(t, bctx, "trades at 1400 px",
+		chromedp.EmulateViewport(1400, 900),
+		chromedp.WaitVisible(chromedp.CSS(`#trades tr[data-fill="`+fill.ID+`"]`)),
+		into(&cut, chromedp.Evaluate[bool](`(() => { const w = document.querySelector("#trades .tablewrap"); return w.scrollWidth > w.clientWidth })()`)),
+		shot(t, dir, "markets-1400"),
+		chromedp.EmulateViewport(1280, 900))
+	if cut {
+		t.Error("the trades table is cut at 1400 px")
 	}
 
 	// A resting bid, cancelled by a click.
@@ -236,12 +289,21 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("order after the click = %+v, %v; want cancelled", o, err)
 	}
 
-	// The lease and its receipts (the devnet bills every second).
+	// The lease and its receipts (the devnet bills every second), what
+	// runs and its output, as `suanli lease show` and `suanli logs` print.
+	var command, output string
 	step(t, bctx, "lease and receipts",
 		chromedp.Click(chromedp.CSS(`#leases tr[data-lease="`+fill.Lease+`"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#lease-detail`)),
 		chromedp.WaitVisible(chromedp.CSS(`#receipts tr[data-seq="2"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#log-output span.stderr`)),
+		chromedp.WaitVisible(chromedp.CSS(`#endpoints`)),
+		into(&command, chromedp.Text(chromedp.CSS(`#lease-workload dd[data-key="command"]`))),
+		into(&output, chromedp.Text(chromedp.CSS(`#log-output`))),
 		shot(t, dir, "lease"))
+	if !strings.Contains(command, "hello-from-the-lease") || !strings.Contains(output, "hello-from-the-lease") || !strings.Contains(output, "warn-on-stderr") {
+		t.Errorf("lease page: command %q, output %q; want the bid's command and both streams", command, output)
+	}
 
 	// The offer search, sorted by a click on a column.
 	step(t, bctx, "offers",
@@ -263,9 +325,13 @@ func TestDashboardInBrowser(t *testing.T) {
 		eval(`location.hash = "#/provider"`),
 		chromedp.WaitVisible(chromedp.CSS(`#gpus .card:nth-child(8) .spark svg path.series`)),
 		into(&held, chromedp.Evaluate[int](`document.querySelectorAll('#gpus .holder a[href="#/lease/`+fill.Lease+`"]').length`)),
+		into(&providerTab, chromedp.Evaluate[bool](`document.querySelector('nav a[data-route="provider"]').offsetParent !== null`)),
 		shot(t, dir, "provider"))
-	if held != 2 {
-		t.Errorf("provider page: %d GPUs shown held by the lease, want 2", held)
+	if held != 2 || !providerTab {
+		t.Errorf("provider page: %d GPUs shown held by the lease, Provider tab %v; want 2, true", held, providerTab)
+	}
+	if n := axes("#gpus .card:nth-child(8) .spark svg"); n < 2 {
+		t.Errorf("a GPU's utilization chart has %d ticks on an axis, want at least 2", n)
 	}
 	// Read-only: marked so, and no Cancel button on the provider's resting ask.
 	var cancels int
@@ -276,6 +342,41 @@ func TestDashboardInBrowser(t *testing.T) {
 		into(&cancels, chromedp.Evaluate[int](`document.querySelectorAll("#orders button.cancel").length`)))
 	if cancels != 0 {
 		t.Errorf("read-only page shows %d Cancel buttons, want none", cancels)
+	}
+
+	// Each page opened directly by a link that carries the token (as a
+	// fresh browser would: nothing stored), and by the login form on the
+	// page's own address.
+	for i, pg := range []struct{ url, route, wait string }{
+		{buyerURL, "markets", `table.markets tr[data-market="` + h100 + `"]`},
+		{buyerURL, "markets/" + h100, `#depth svg path.asks`},
+		{buyerURL, "offers", `#offers tr[data-provider="` + provider.PeerID().String() + `"]`},
+		{buyerURL, "node", `#leases tr[data-lease="` + fill.Lease + `"]`},
+		{buyerURL, "lease/" + fill.Lease, `#log-output span.stderr`},
+		{buyerURL, "provider", `#no-gpus`},
+		{providerURL, "provider", `#gpus .holder a`},
+		{providerURL, "lease/" + fill.Lease, `#receipts tr[data-seq="1"]`},
+	} {
+		base, tok, _ := strings.Cut(pg.url, "#token=")
+		var hash string
+		step(t, bctx, "open #/"+pg.route+" by its link",
+			chromedp.Navigate(base),
+			eval(`localStorage.clear()`),
+			chromedp.Navigate("about:blank"),
+			chromedp.Navigate(base+"#/"+pg.route+"?token="+tok),
+			chromedp.WaitVisible(chromedp.CSS(pg.wait)),
+			into(&hash, chromedp.Evaluate[string](`location.hash`)))
+		if hash != "#/"+pg.route {
+			t.Errorf("after opening #/%s?token=… the address is %q, want #/%s without the token", pg.route, hash, pg.route)
+		}
+		step(t, bctx, "open #/"+pg.route+" by the login form",
+			eval(`localStorage.clear()`),
+			chromedp.Reload(),
+			chromedp.WaitVisible(chromedp.CSS("#login")),
+			chromedp.SendKeys(chromedp.CSS("#token"), tok),
+			chromedp.Click(chromedp.CSS(`#login-form button[type="submit"]`)),
+			chromedp.WaitVisible(chromedp.CSS(pg.wait)),
+			shot(t, dir, fmt.Sprintf("direct-%d-%s", i, strings.SplitN(pg.route, "/", 2)[0])))
 	}
 
 	// The same markets page on a phone-sized screen.

@@ -1,6 +1,12 @@
 // Package dashboard is the web dashboard a daemon serves on its local API
 // address: hand-written HTML, CSS and JavaScript embedded in the binary,
 // which read the same /api/v0 views the CLI reads.
+//
+// The page takes its token from the URL's fragment and keeps the page the
+// fragment names: "#token=T" opens Markets, "#/node?token=T" (or
+// "#token=T&/node") This node, "#/lease/ID?token=T" a lease; the token is
+// then removed from the address. Routes: #/markets[/KEY], #/offers,
+// #/node, #/lease/ID, #/provider.
 package dashboard
 
 import (
@@ -16,8 +22,9 @@ var static embed.FS
 const Prefix = "/dashboard/"
 
 // contentSecurityPolicy allows only the page's own files and API: no inline
-// script, nothing fetched from elsewhere, no framing.
-const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+// script, nothing fetched from elsewhere, no framing. The one font is the
+// dashboard's own (static/fonts, see FONT.md).
+const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; " +
 	"connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 
 // Handler serves the dashboard's files under Prefix. The files hold no

@@ -10,13 +10,19 @@ const PAGE_SIZE = 25;
 
 // ---- token ---------------------------------------------------------------
 
+// takeTokenFromHash stores a token given in the URL's fragment and keeps
+// the page it names: "#token=T" opens Markets, "#/lease/ID?token=T" (or
+// "#token=T&/lease/ID") that lease. The token leaves the address bar.
 function takeTokenFromHash() {
-  const m = location.hash.match(/(?:^#|&)token=([0-9a-fA-F]+)/);
-  if (m) {
-    localStorage.setItem(TOKEN_KEY, m[1]);
-    access = "";
-    history.replaceState(null, "", location.pathname + "#/markets");
-  }
+  const h = location.hash.replace(/^#/, "");
+  const m = h.match(/(?:^|[&?])token=([0-9a-fA-F]+)/);
+  if (!m) return;
+  localStorage.setItem(TOKEN_KEY, m[1]);
+  access = "";
+  ident = null;
+  const rest = h.replace(/(^|[&?])token=[0-9a-fA-F]+/, "").replace(/^[&?]+|[&?]+$/g, "");
+  const page = rest.startsWith("/") && views[rest.slice(1).split("/")[0]] ? rest : "/markets";
+  history.replaceState(null, "", location.pathname + "#" + page);
 }
 
 function token() { return localStorage.getItem(TOKEN_KEY) || ""; }
@@ -109,6 +115,9 @@ function td(v, num) { return el("td", num ? { class: "num" } : {}, v); }
 function num(s) { const x = Number(s); return isFinite(x) ? x : NaN; }
 
 // ---- charts ----------------------------------------------------------------
+//
+// Every chart has two axes with ticks and labels: what is measured and in
+// what unit up the side, and the price or the time along the bottom.
 
 function niceRange(lo, hi) {
   if (!isFinite(lo) || !isFinite(hi)) return [0, 1];
@@ -117,9 +126,64 @@ function niceRange(lo, hi) {
   return [lo - pad, hi + pad];
 }
 
+// ticks are about n round values between lo and hi.
+function ticks(lo, hi, n) {
+  const span = hi - lo;
+  if (!(span > 0)) return [lo];
+  const raw = span / Math.max(n, 1), mag = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 2.5, 5, 10].map(k => k * mag).find(k => k >= raw) || raw;
+  const out = [];
+  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(Math.abs(v) < step * 1e-9 ? 0 : v);
+  return out;
+}
+
+function decimals(step) { return step >= 1 ? 0 : Math.min(6, Math.ceil(-Math.log10(step))); }
+
+// timeTicks are about n round instants between t0 and t1 (ms), labelled
+// with the time of day, and the date when the span is over a day.
+function timeTicks(t0, t1, n) {
+  const span = t1 - t0;
+  const steps = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800].map(x => x * 1000);
+  const step = steps.find(x => x >= span / Math.max(n, 1)) || steps[steps.length - 1];
+  const off = new Date(t0).getTimezoneOffset() * 60000; // round in local time
+  const out = [];
+  for (let t = Math.ceil((t0 - off) / step) * step + off; t <= t1; t += step) out.push(t);
+  const opts = span > 86400000 ? { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" }
+    : step < 60000 ? { hour: "2-digit", minute: "2-digit", second: "2-digit" } : { hour: "2-digit", minute: "2-digit" };
+  // A span too short for two round instants is labelled at its ends.
+  if (out.length < 2) return [t0, t1].map(t => ({ v: t, label: new Date(t).toLocaleTimeString() }));
+  return out.map(t => ({ v: t, label: new Date(t).toLocaleString(undefined, opts) }));
+}
+
+// frame draws the axes of a chart: box {W, H, L, R, T, B}, x and y ticks
+// ({v, label}), their titles, and light grid lines at the y ticks.
+function frame(root, box, X, Y, xt, yt, xTitle, yTitle) {
+  const { W, H, L, R, T, B } = box;
+  const g = svg("g", { class: "axes" });
+  for (const t of yt) {
+    g.append(svg("line", { class: "grid", x1: L, y1: Y(t.v), x2: W - R, y2: Y(t.v) }));
+    g.append(svg("text", { class: "tick y-tick", x: L - 5, y: Y(t.v) + 3.5, "text-anchor": "end" }, t.label));
+  }
+  for (const t of xt) {
+    g.append(svg("line", { class: "axis", x1: X(t.v), y1: H - B, x2: X(t.v), y2: H - B + 4 }));
+    g.append(svg("text", { class: "tick x-tick", x: X(t.v), y: H - B + 15, "text-anchor": "middle" }, t.label));
+  }
+  g.append(svg("line", { class: "axis", x1: L, y1: H - B, x2: W - R, y2: H - B }));
+  g.append(svg("line", { class: "axis", x1: L, y1: T, x2: L, y2: H - B }));
+  if (xTitle) g.append(svg("text", { class: "axis-title x-title", x: (L + W - R) / 2, y: H - 3, "text-anchor": "middle" }, xTitle));
+  if (yTitle) g.append(svg("text", { class: "axis-title y-title", x: 11, y: (T + H - B) / 2, "text-anchor": "middle", transform: `rotate(-90 11 ${(T + H - B) / 2})` }, yTitle));
+  root.append(g);
+}
+
+function valueTicks(lo, hi, n, unit) {
+  const t = ticks(lo, hi, n);
+  const d = t.length > 1 ? decimals(t[1] - t[0]) : 2;
+  return t.map(v => ({ v, label: v.toFixed(d) + (unit || "") }));
+}
+
 // depthChart draws cumulative GPUs bid (left of the spread) and asked (right).
 function depthChart(book) {
-  const W = 640, H = 240, L = 44, R = 10, T = 10, B = 26;
+  const box = { W: 640, H: 250, L: 56, R: 12, T: 12, B: 40 }, { W, H, L, R, T, B } = box;
   const bids = book.bids.map(l => ({ p: num(l.price), n: l.count })).filter(l => isFinite(l.p)).sort((a, b) => b.p - a.p);
   const asks = book.asks.map(l => ({ p: num(l.price), n: l.count })).filter(l => isFinite(l.p)).sort((a, b) => a.p - b.p);
   const root = svg("svg", { class: "chart depth", viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "depth chart of " + book.market });
@@ -135,14 +199,8 @@ function depthChart(book) {
   const ymax = Math.max(cb, ca, 1);
   const X = p => L + (p - x0) / (x1 - x0) * (W - L - R);
   const Y = c => H - B - c / ymax * (H - T - B);
-  root.append(svg("line", { class: "axis", x1: L, y1: H - B, x2: W - R, y2: H - B }));
-  root.append(svg("line", { class: "axis", x1: L, y1: T, x2: L, y2: H - B }));
-  for (const c of [0, Math.round(ymax / 2), ymax]) {
-    root.append(svg("text", { x: L - 6, y: Y(c) + 4, "text-anchor": "end" }, c));
-  }
-  for (const [p, anchor] of [[x0, "start"], [(x0 + x1) / 2, "middle"], [x1, "end"]]) {
-    root.append(svg("text", { x: X(p), y: H - 8, "text-anchor": anchor }, p.toFixed(2)));
-  }
+  const yt = ticks(0, ymax, 4).filter(v => Number.isInteger(v)).map(v => ({ v, label: String(v) }));
+  frame(root, box, X, Y, valueTicks(x0, x1, 6), yt, "price, " + book.currency + " per GPU-hour", "GPUs (cumulative)");
   if (cbids.length) {
     let d = `M${X(cbids[0].p)},${Y(0)}`;
     let prev = 0;
@@ -157,14 +215,19 @@ function depthChart(book) {
     d += ` L${X(x1)},${Y(prev)} L${X(x1)},${Y(0)} Z`;
     root.append(svg("path", { class: "asks", d }));
   }
-  root.append(svg("text", { x: L + 4, y: T + 10 }, "GPUs (cumulative)"));
   return root;
 }
 
-// historyChart draws each fill's price as a dot on a line, and the index.
+// The lease types a fill can be of, each its own series; "" is a fill
+// stored before the node kept lease types.
+const LEASE_TYPES = [["spot", "spot"], ["on-demand", "on-demand"], ["reserved", "reserved"], ["", "type not recorded"]];
+function typeClass(t) { return "lt-" + (t || "unknown"); }
+
+// historyChart draws each fill's price, one series per lease type (a
+// line through its fills, a dot at each), and the market's index.
 function historyChart(hist) {
-  const W = 640, H = 220, L = 44, R = 10, T = 10, B = 26;
-  const pts = hist.points.map(p => ({ t: new Date(p.time).getTime(), p: p.price_micros / 1e6, i: p.index_micros ? p.index_micros / 1e6 : NaN }));
+  const box = { W: 640, H: 250, L: 56, R: 12, T: 12, B: 40 }, { W, H, L, R, T, B } = box;
+  const pts = hist.points.map(p => ({ t: new Date(p.time).getTime(), p: p.price_micros / 1e6, i: p.index_micros ? p.index_micros / 1e6 : NaN, type: p.lease_type || "" }));
   const root = svg("svg", { class: "chart history", viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "price history of " + hist.market });
   if (!pts.length) {
     root.append(svg("text", { x: W / 2, y: H / 2, "text-anchor": "middle" }, "no trades yet"));
@@ -173,85 +236,113 @@ function historyChart(hist) {
   const ys = pts.flatMap(p => isFinite(p.i) ? [p.p, p.i] : [p.p]);
   const [y0, y1] = niceRange(Math.min(...ys), Math.max(...ys));
   let t0 = pts[0].t, t1 = pts[pts.length - 1].t;
-  if (t0 === t1) { t0 -= 30000; t1 += 30000; }
+  if (t1 - t0 < 60000) { const mid = (t0 + t1) / 2; t0 = mid - 30000; t1 = mid + 30000; }
   const X = t => L + (t - t0) / (t1 - t0) * (W - L - R);
   const Y = v => H - B - (v - y0) / (y1 - y0) * (H - T - B);
-  root.append(svg("line", { class: "axis", x1: L, y1: H - B, x2: W - R, y2: H - B }));
-  root.append(svg("line", { class: "axis", x1: L, y1: T, x2: L, y2: H - B }));
-  for (const v of [y0, (y0 + y1) / 2, y1]) root.append(svg("text", { x: L - 6, y: Y(v) + 4, "text-anchor": "end" }, v.toFixed(2)));
-  for (const t of [t0, t1]) root.append(svg("text", { x: X(t), y: H - 8, "text-anchor": t === t0 ? "start" : "end" }, timeOnly(t)));
-  root.append(svg("path", { class: "spot", d: pts.map((p, k) => (k ? "L" : "M") + X(p.t) + "," + Y(p.p)).join(" ") }));
+  frame(root, box, X, Y, timeTicks(t0, t1, 5), valueTicks(y0, y1, 5), "time of the fill (local)", hist.currency + " per GPU-hour");
   const ix = pts.filter(p => isFinite(p.i));
   if (ix.length) root.append(svg("path", { class: "index", d: ix.map((p, k) => (k ? "L" : "M") + X(p.t) + "," + Y(p.i)).join(" ") }));
-  for (const p of pts) root.append(svg("circle", { class: "spot-dot", cx: X(p.t), cy: Y(p.p), r: 3 }));
+  for (const [type] of LEASE_TYPES) {
+    const s = pts.filter(p => p.type === type);
+    if (!s.length) continue;
+    const g = svg("g", { class: "series-type " + typeClass(type), "data-lease-type": type || "unknown" });
+    if (s.length > 1) g.append(svg("path", { class: "fills", d: s.map((p, k) => (k ? "L" : "M") + X(p.t) + "," + Y(p.p)).join(" ") }));
+    for (const p of s) g.append(svg("circle", { class: "spot-dot", cx: X(p.t), cy: Y(p.p), r: 3 }));
+    root.append(g);
+  }
   return root;
 }
 
-function sparkline(values, max) {
-  const W = 200, H = 34;
-  const root = svg("svg", { class: "chart spark-line", viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none" });
-  if (values.length < 2) return root;
-  const top = Math.max(max || 0, ...values, 1);
-  const X = k => k / (values.length - 1) * W;
-  const Y = v => H - 2 - v / top * (H - 4);
-  root.append(svg("path", { class: "series", d: values.map((v, k) => (k ? "L" : "M") + X(k).toFixed(1) + "," + Y(v).toFixed(1)).join(" ") }));
+// timeChart draws one GPU metric over time: the samples' values against
+// their times, a y axis from 0 to max (or the largest value) in unit.
+function timeChart(times, values, max, unit, label) {
+  const box = { W: 320, H: 110, L: 44, R: 8, T: 8, B: 22 }, { W, H, L, R, T, B } = box;
+  const root = svg("svg", { class: "chart spark-line", viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": label + " over time" });
+  if (values.length < 2) {
+    root.append(svg("text", { x: W / 2, y: H / 2, "text-anchor": "middle" }, "waiting for samples"));
+    return root;
+  }
+  const top = Math.max(max || 0, ...values) || 1;
+  const t0 = times[0], t1 = Math.max(times[times.length - 1], t0 + 1000);
+  const X = t => L + (t - t0) / (t1 - t0) * (W - L - R);
+  const Y = v => H - B - v / top * (H - T - B);
+  const yt = ticks(0, top, 2).map(v => ({ v, label: (top >= 10 ? Math.round(v) : v.toFixed(1)) + unit }));
+  frame(root, box, X, Y, timeTicks(t0, t1, 3), yt, "", "");
+  root.append(svg("path", { class: "series", d: values.map((v, k) => (k ? "L" : "M") + X(times[k]).toFixed(1) + "," + Y(v).toFixed(1)).join(" ") }));
   return root;
 }
 
 // ---- views -----------------------------------------------------------------
 
-// access is "full" or "read-only" for the current token, asked once.
+// access is "full" or "read-only" for the current token, and ident the
+// node's /id (is it a provider?), asked once per login.
 let access = "";
+let ident = null;
 
 const state = {
   market: "", currency: "USD", joined: [],
   offers: null, offerQuery: {}, offerSort: { key: "price", dir: 1 },
   orderOffset: 0, orderStatus: "",
+  logs: null, // the open lease's output: { lease, next, text: [[stream, data]], size, dropped, done, exit, error }
 };
 
 const views = {};
 
 views.markets = async function (arg) {
   const markets = await api("/markets");
-  const names = [...new Set(markets.map(m => m.market))];
+  // Joined markets have a book here; the others are known from providers'
+  // offers (the DHT's) and are joined when opened.
+  const joined = [...new Set(markets.filter(m => m.joined).map(m => m.market))];
   if (arg) state.market = decodeURIComponent(arg);
-  if (!state.market && names.length) state.market = names[0];
+  if (!state.market && joined.length) state.market = joined[0];
+  const names = [...joined];
   if (state.market && !names.includes(state.market)) names.push(state.market);
+  const open = n => { location.hash = "#/markets/" + encodeURIComponent(n); };
   const tabs = el("div", { class: "tabs" }, names.map(n => el("button", {
-    class: n === state.market ? "active" : "", "data-market": n,
-    onclick: () => { location.hash = "#/markets/" + encodeURIComponent(n); },
+    class: n === state.market ? "active" : "", "data-market": n, onclick: () => open(n),
   }, n)));
   const join = el("form", { class: "toolbar", onsubmit: ev => {
     ev.preventDefault();
     const v = ev.target.elements.market.value.trim();
-    if (v) location.hash = "#/markets/" + encodeURIComponent(v);
-  } }, el("input", { name: "market", placeholder: "join a market, e.g. nvidia-h100-sxm5-80gb", size: 36 }), el("button", { type: "submit", class: "secondary" }, "Open"));
-  const out = [card("Markets joined", tabs, join,
-    table("markets", ["market", "currency", { label: "best bid", num: 1 }, { label: "best ask", num: 1 }, { label: "spot", num: 1 }, { label: "index", num: 1 }, { label: "bids", num: 1 }, { label: "asks", num: 1 }],
-      markets.map(m => el("tr", { class: "clickable", onclick: () => { location.hash = "#/markets/" + encodeURIComponent(m.market); } },
-        td(m.market), td(dash(m.currency)), td(dash(m.best_bid), 1), td(dash(m.best_ask), 1), td(dash(m.spot), 1), td(dash(m.index), 1), td(m.bid_orders, 1), td(m.ask_orders, 1))),
-      { empty: "no market joined yet: open one above, or place an order" }))];
+    if (v) open(v);
+  } }, el("input", { name: "market", placeholder: "open a market, e.g. nvidia-h100-sxm5-80gb", size: 36 }), el("button", { type: "submit", class: "secondary" }, "Open"));
+  const out = [card("Markets", tabs, join,
+    table("markets", ["market", "currency", "joined", { label: "providers", num: 1 }, { label: "GPUs offered", num: 1 }, { label: "lowest offer", num: 1 },
+      { label: "best bid", num: 1 }, { label: "best ask", num: 1 }, { label: "spot", num: 1 }, { label: "index", num: 1 }, { label: "bids", num: 1 }, { label: "asks", num: 1 }],
+      markets.map(m => el("tr", { class: "clickable" + (m.joined ? "" : " unjoined"), "data-market": m.market, onclick: () => open(m.market) },
+        td(m.market), td(dash(m.currency)), td(m.joined ? "yes" : el("span", { class: "muted" }, "not yet: open it")),
+        td(m.providers || "-", 1), td(m.offered_gpus || "-", 1), td(dash(m.lowest_offer), 1),
+        td(dash(m.best_bid), 1), td(dash(m.best_ask), 1), td(dash(m.spot), 1), td(dash(m.index), 1), td(m.bid_orders, 1), td(m.ask_orders, 1))),
+      { empty: "no market known yet: no provider's offer found on the network, and none joined. Open one above, or place an order" }))];
   if (!state.market) return out;
+  if (access === "read-only" && !joined.includes(state.market)) {
+    out.push(card(state.market, el("p", { class: "muted", id: "not-joined" }, "This node has not joined " + state.market +
+      ", and a read-only token cannot make it join: log in with the full token (suanli dashboard) to open it.")));
+    return out;
+  }
   const m = encodeURIComponent(state.market), cur = encodeURIComponent(state.currency);
   const [book, hist, trades] = await Promise.all([
     api(`/book/${m}?currency=${cur}`), api(`/history/${m}?currency=${cur}&limit=500`), api(`/trades/${m}`)]);
   const stats = el("div", { class: "stats" },
     [["best bid", book.best_bid], ["best ask", book.best_ask], ["spread", book.spread], ["spot", book.spot], ["index (1h)", book.index]]
       .map(([k, v]) => el("div", { class: "stat" }, el("b", { class: "v-" + k.split(" ")[0] }, dash(v)), el("span", {}, k + " " + book.currency))));
+  const byType = LEASE_TYPES.map(([t, label]) => [t, label, hist.points.filter(p => (p.lease_type || "") === t).length]).filter(x => x[2] > 0 || x[0] !== "");
   out.push(el("div", { class: "grid" },
     card("Depth · " + book.market, stats, el("div", { id: "depth" }, depthChart(book)),
       el("div", { class: "legend" }, el("span", {}, el("i", { class: "l-bid" }), "bids"), el("span", {}, el("i", { class: "l-ask" }), "asks"))),
-    card("Price history (this node's fills)", el("div", { id: "history" }, historyChart(hist)),
-      el("div", { class: "legend" }, el("span", {}, el("i", { class: "l-spot" }), "fill price"), el("span", {}, el("i", { class: "l-index" }), "index"),
-        el("span", {}, hist.points.length + " fills")))));
-  out.push(el("div", { class: "grid" },
-    card("Order book", el("div", { class: "grid" },
-      table("levels bids", ["bid", { label: "GPUs", num: 1 }, { label: "orders", num: 1 }], book.bids.map(l => el("tr", {}, td(el("span", { class: "side-bid" }, l.price)), td(l.count, 1), td(l.orders, 1))), { empty: "no bids" }),
-      table("levels asks", ["ask", { label: "GPUs", num: 1 }, { label: "orders", num: 1 }], book.asks.map(l => el("tr", {}, td(el("span", { class: "side-ask" }, l.price)), td(l.count, 1), td(l.orders, 1))), { empty: "no asks" }))),
-    card("Recent trades", el("div", { id: "trades" }, table("trades", ["time", { label: "price", num: 1 }, { label: "GPUs", num: 1 }, "type", "buyer", "provider", "lease"],
-      trades.slice(0, 50).map(t => el("tr", { "data-fill": t.id }, td(timeOnly(t.time)), td(t.price + " " + t.currency, 1), td(t.count, 1), td(t.lease_type),
-        td(short(t.buyer)), td(short(t.provider)), td(t.lease ? el("a", { href: "#/lease/" + encodeURIComponent(t.lease) }, short(t.lease)) : "-"))),
-      { empty: "no trades yet" })))));
+    card("Price history · every fill this node saw in " + book.market,
+      el("p", { class: "muted note" }, "All traders' fills, as applied to this node's copy of the book; its own trades are on This node."),
+      el("div", { id: "history" }, historyChart(hist)),
+      el("div", { class: "legend", id: "history-legend" },
+        byType.map(([t, label, n]) => el("span", { "data-lease-type": t || "unknown" }, el("i", { class: "l-type " + typeClass(t) }), label + " (" + n + ")")),
+        el("span", {}, el("i", { class: "l-index" }), "index")))));
+  out.push(card("Order book", el("div", { class: "grid" },
+    table("levels bids", ["bid", { label: "GPUs", num: 1 }, { label: "orders", num: 1 }], book.bids.map(l => el("tr", {}, td(el("span", { class: "side-bid" }, l.price)), td(l.count, 1), td(l.orders, 1))), { empty: "no bids" }),
+    table("levels asks", ["ask", { label: "GPUs", num: 1 }, { label: "orders", num: 1 }], book.asks.map(l => el("tr", {}, td(el("span", { class: "side-ask" }, l.price)), td(l.count, 1), td(l.orders, 1))), { empty: "no asks" }))));
+  out.push(card("Recent trades · all traders", el("div", { id: "trades" }, table("trades", ["time", { label: "price", num: 1 }, { label: "GPUs", num: 1 }, "type", "buyer", "provider", "lease"],
+    trades.slice(0, 50).map(t => el("tr", { "data-fill": t.id }, td(when(t.time)), td(t.price + " " + t.currency, 1), td(t.count, 1), td(el("span", { class: "type-tag " + typeClass(t.lease_type) }, t.lease_type)),
+      td(short(t.buyer)), td(short(t.provider)), td(t.lease ? el("a", { href: "#/lease/" + encodeURIComponent(t.lease) }, short(t.lease)) : "-"))),
+    { empty: "no trades yet" }))));
   return out;
 };
 views.markets.poll = true;
@@ -368,28 +459,89 @@ views.node = async function () {
 };
 views.node.poll = true;
 
+// Output kept on the lease page: the newest this many characters.
+const LOG_KEEP = 200000;
+
+// readLogs reads the lease's output after what the page holds, page by
+// page (more), noting chunks the node dropped under its cap.
+async function readLogs(id) {
+  let L = state.logs;
+  if (!L || L.lease !== id) L = state.logs = { lease: id, next: 0, text: [], size: 0, dropped: 0, done: false, exit: null, error: "" };
+  if (L.done) return L;
+  try {
+    for (let pages = 0; pages < 20; pages++) {
+      const v = await api("/leases/" + encodeURIComponent(id) + "/logs?after=" + L.next);
+      L.dropped += v.dropped || 0;
+      for (const c of v.chunks) { L.text.push([c.stream, c.data]); L.size += c.data.length; }
+      while (L.size > LOG_KEEP && L.text.length > 1) L.size -= L.text.shift()[1].length;
+      L.next = v.next; L.done = v.done; L.exit = v.exit || null; L.error = "";
+      if (!v.more) break;
+    }
+  } catch (e) {
+    if (e instanceof Unauthorized) throw e;
+    L.error = e.message;
+  }
+  return L;
+}
+
+// resaleRows are a lease's resale as `suanli lease show` prints it: who
+// resold to whom, or where a lease bought by resale came from, and the
+// premium paid for it.
+function resaleRows(r) {
+  if (!r) return [];
+  const rows = [];
+  if (r.role === "provider") rows.push(["resale", "resold by " + r.holder + " to " + r.buyer + " from " + when(r.from)], ["new lease", r.new_lease]);
+  else if (r.role === "seller") rows.push(["resale", "resold to " + r.buyer + " from " + when(r.from)], ["new lease", r.new_lease]);
+  else rows.push(["resale origin", "bought by resale from " + r.holder + " from " + when(r.from)], ["original lease", r.lease]);
+  if (r.role !== "provider") {
+    rows.push(["premium", dash(r.premium) + " " + r.currency + " (" + (r.gpus || "-") + " GPUs from " + when(r.from) + " to " + when(r.end) + " at " + dash(r.resale_price) +
+      " against the lease's " + dash(r.lease_price) + "; positive: the buyer pays the holder)"],
+    ["premium record", r.countersigned ? "countersigned by the new buyer" : "not yet countersigned"]);
+  }
+  return rows;
+}
+
+function kvList(id, rows) {
+  return el("dl", { class: "kv", id }, rows.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { "data-key": k }, v)]));
+}
+
 views.lease = async function (arg) {
   const id = decodeURIComponent(arg || "");
-  const [l, receipts] = await Promise.all([api("/leases/" + encodeURIComponent(id)), api("/leases/" + encodeURIComponent(id) + "/receipts")]);
+  const [l, receipts, logs] = await Promise.all([api("/leases/" + encodeURIComponent(id)), api("/leases/" + encodeURIComponent(id) + "/receipts"), readLogs(id)]);
   const kv = [["lease", l.id], ["role", l.role], ["state", l.state + (l.reason && l.reason !== "none" ? " (" + l.reason + ")" : "")], ["market", l.market],
     ["provider", l.provider], ["buyer", l.buyer], ["GPUs", l.gpus.join(", ")], ["price", l.price + " " + l.currency + " per GPU-hour"],
-    ["type", l.lease_type], ["billing", l.billing_interval], ["executor", dash(l.executor)], ["start", when(l.start)], ["end", when(l.end)],
+    ["type", l.lease_type], ["billing", "every " + l.billing_interval], ["start", when(l.start)], ["end", when(l.end)],
     ["closed", when(l.closed_at)], ["receipts", l.receipts + " (" + l.countersigned + " countersigned)"], ["amount", l.cumulative + " " + l.currency]];
-  // What runs, and where the buyer reaches it.
-  if (l.image) kv.push(["image", l.image + (l.image_digest ? " (" + short(l.image_digest) + ")" : "")]);
-  if (l.container_state) kv.push(["container", l.container_state + (l.gpu_access ? ", GPUs " + l.gpu_access : "")]);
-  for (const ep of l.endpoints || []) kv.push(["port " + ep.container_port, ep.host + ":" + ep.host_port]);
-  if (l.exit) kv.push(["exit", "code " + l.exit.code + (l.exit.oom_killed ? " (OOM-killed)" : "") + (l.exit.signal ? " " + l.exit.signal : "") + (l.exit.error ? " " + l.exit.error : "")]);
   if (l.preempt_at) kv.push(["preempted", "ends " + when(l.preempt_at)]);
   if (l.note) kv.push(["note", l.note]);
-  return [
+  // What runs, and where the buyer reaches it: as `suanli lease show`.
+  const wk = [["executor", dash(l.executor)], ["command", l.exec && l.exec.length ? el("code", {}, l.exec.join(" ")) : "-"]];
+  if (l.image) wk.push(["image", l.image], ["image digest", dash(l.image_digest)]);
+  wk.push(["container", l.container_state ? l.container_state + (l.gpu_access ? ", GPUs " + l.gpu_access : "") : l.image ? "not started" : "none (no image)"]);
+  if (l.exit) wk.push(["exit", "code " + l.exit.code + (l.exit.oom_killed ? " (OOM-killed)" : "") + (l.exit.signal ? " " + l.exit.signal : "") + (l.exit.error ? " " + l.exit.error : "") + (l.exit.detached ? " (detached)" : "")]);
+  const endpoints = table("endpoints", [{ label: "container port", num: 1 }, "reach it at"],
+    (l.endpoints || []).map(ep => el("tr", { "data-port": ep.container_port }, td(ep.container_port, 1), td(el("code", {}, ep.host + ":" + ep.host_port)))),
+    { empty: l.image ? "no published ports" : "no container, so no endpoints" });
+  const logBox = el("pre", { class: "logs", id: "log-output" }, logs.text.map(([stream, data]) => el("span", { class: stream }, data)));
+  const logNotes = [];
+  if (logs.dropped) logNotes.push(el("p", { class: "muted", id: "log-dropped" }, logs.dropped + " earlier chunks dropped: the node keeps the newest (daemon --log-cap)"));
+  if (logs.error) logNotes.push(el("p", { class: "muted", id: "log-error" }, "no output: " + logs.error));
+  else if (!logs.text.length && l.role === "provider") logNotes.push(el("p", { class: "muted", id: "log-empty" }, "The output streams to the buyer, whose node keeps it (suanli logs there); the provider keeps none."));
+  else if (!logs.text.length) logNotes.push(el("p", { class: "muted", id: "log-empty" }, logs.done ? "the workload wrote nothing" : "no output yet"));
+  if (logs.done) logNotes.push(el("p", { class: "muted", id: "log-done" }, "the workload ended" + (logs.exit ? ": exit code " + logs.exit.code : "")));
+  const out = [
     el("p", {}, el("a", { href: "#/node" }, "‹ this node")),
-    card("Lease " + short(l.id), el("dl", { class: "kv", id: "lease-detail" }, kv.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]))),
-    card("Receipts", el("div", { id: "receipts" }, table("receipts", [{ label: "seq", num: 1 }, "window", { label: "GPU-s", num: 1 }, "utilization", { label: "amount", num: 1 }, { label: "cumulative", num: 1 }, "provider sig", "buyer sig"],
-      receipts.map(r => el("tr", { "data-seq": r.seq }, td(r.seq, 1), td(timeOnly(r.window_start) + " – " + timeOnly(r.window_end)), td((r.gpu_ms / 1000).toFixed(1), 1),
-        td((r.utilization_permille || []).map(u => Math.round(u / 10) + "%").join(" ")), td(r.amount, 1), td(r.cumulative, 1), td(r.provider_signature), td(r.buyer_signature))),
-      { empty: "no receipts yet" }))),
+    el("div", { class: "grid" },
+      card("Lease " + short(l.id), kvList("lease-detail", kv)),
+      card("Workload", kvList("lease-workload", wk), el("h3", {}, "Endpoints"), el("div", { id: "endpoints" }, endpoints))),
   ];
+  if (l.resale) out.push(card("Resale", kvList("lease-resale", resaleRows(l.resale))));
+  out.push(card("Output", ...logNotes, logBox));
+  out.push(card("Receipts", el("div", { id: "receipts" }, table("receipts", [{ label: "seq", num: 1 }, "window", { label: "GPU-s", num: 1 }, "utilization", { label: "amount", num: 1 }, { label: "cumulative", num: 1 }, "provider sig", "buyer sig"],
+    receipts.map(r => el("tr", { "data-seq": r.seq }, td(r.seq, 1), td(timeOnly(r.window_start) + " – " + timeOnly(r.window_end)), td((r.gpu_ms / 1000).toFixed(1), 1),
+      td((r.utilization_permille || []).map(u => Math.round(u / 10) + "%").join(" ")), td(r.amount, 1), td(r.cumulative, 1), td(r.provider_signature), td(r.buyer_signature))),
+    { empty: "no receipts yet" }))));
+  return out;
 };
 views.lease.poll = true;
 
@@ -409,19 +561,20 @@ views.provider = async function () {
       el("ul", {}, e.enforced.map(x => el("li", {}, "enforced: " + x)),
         (e.not_enforced || []).map(x => el("li", { class: "warn" }, "not enforced: " + x)))))))] : [];
   const gib = b => b / 2 ** 30;
-  const metric = (label, values, max, fmt) => el("div", { class: "spark" }, el("span", { class: "muted" }, label), sparkline(values, max),
-    el("b", {}, values.length ? fmt(values[values.length - 1]) : "-"));
+  const metric = (label, times, values, max, unit, fmt) => el("div", { class: "spark" },
+    el("div", { class: "spark-head" }, el("span", { class: "muted" }, label), el("b", {}, values.length ? fmt(values[values.length - 1]) : "-")),
+    timeChart(times, values, max, unit, label));
   return [...isoCard, el("div", { class: "gpus", id: "gpus" }, h.gpus.map(g => {
-    const s = g.samples;
+    const s = g.samples, times = s.map(x => new Date(x.time).getTime());
     const total = s.length ? gib(s[s.length - 1].mem_total_bytes) : 0;
     return card("GPU " + g.index + " · " + g.name,
       el("p", { class: "muted" }, el("code", {}, g.uuid)),
       el("p", { class: "holder" }, g.lease ? ["held by lease ", el("a", { href: "#/lease/" + encodeURIComponent(g.lease) }, short(g.lease))] : "free"),
-      metric("utilization", s.map(x => x.util_pct), 100, v => v + "%"),
-      metric("memory", s.map(x => gib(x.mem_used_bytes)), total, v => v.toFixed(1) + " GiB"),
-      metric("temperature", s.map(x => x.temp_c), 100, v => v + " °C"),
-      metric("power", s.map(x => x.power_mw / 1000), 0, v => Math.round(v) + " W"),
-      el("p", { class: "muted" }, s.length + " samples, every " + h.interval_s + " s"));
+      metric("utilization", times, s.map(x => x.util_pct), 100, "%", v => v + "%"),
+      metric("memory", times, s.map(x => gib(x.mem_used_bytes)), total, " GiB", v => v.toFixed(1) + " GiB"),
+      metric("temperature", times, s.map(x => x.temp_c), 100, " °C", v => v + " °C"),
+      metric("power", times, s.map(x => x.power_mw / 1000), 0, " W", v => Math.round(v) + " W"),
+      el("p", { class: "muted" }, s.length + " samples, one every " + h.interval_s + " s, times local"));
   }))];
 };
 views.provider.poll = true;
@@ -455,6 +608,9 @@ async function render() {
   for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.route === name || (name === "lease" && a.dataset.route === "node"));
   try {
     if (!access) access = (await api("/access")).access;
+    if (!ident) ident = await api("/id");
+    // A buyer-only node has no Provider page to show.
+    document.querySelector('nav a[data-route="provider"]').hidden = !ident.provider;
     const kids = await views[name](arg);
     if (seq !== renderSeq) return; // a newer render started
     document.getElementById("login").hidden = true;
@@ -470,6 +626,7 @@ async function render() {
     if (e instanceof Unauthorized) {
       localStorage.removeItem(TOKEN_KEY);
       access = "";
+      ident = null;
       showLogin(e.message === "no token" ? "" : "The token was refused: " + e.message);
       return;
     }
@@ -483,7 +640,7 @@ function setStatus(err) {
   s.replaceChildren(el("span", { class: "dot" + (stale ? " stale" : "") }),
     ...(access === "read-only" ? [el("span", { class: "pill readonly", id: "read-only" }, "read-only"), " "] : []),
     err ? "error: " + err : "updated " + new Date(lastOK).toLocaleTimeString(),
-    " · ", el("a", { href: "#", class: "logout", onclick: ev => { ev.preventDefault(); localStorage.removeItem(TOKEN_KEY); access = ""; showLogin(""); } }, "log out"));
+    " · ", el("a", { href: "#", class: "logout", onclick: ev => { ev.preventDefault(); localStorage.removeItem(TOKEN_KEY); access = ""; ident = null; showLogin(""); } }, "log out"));
 }
 
 let polling = false;
@@ -501,6 +658,7 @@ document.getElementById("login-form").addEventListener("submit", ev => {
   if (!v) return;
   localStorage.setItem(TOKEN_KEY, v);
   access = "";
+  ident = null;
   ev.target.reset();
   render();
 });
