@@ -119,6 +119,15 @@ func TestDaemonBidRestsWhy(t *testing.T) {
 	if o.Status != "resting" || reasons["min-duration"] != 1 {
 		t.Errorf("bid --json = %s; want resting with one ask passed over for min-duration", out)
 	}
+	// A reserved ask without --price takes the offer's on-demand price with
+	// the discount its --min-duration earns, as README says (this offer
+	// states no discounts: 2.49).
+	out, _ = wantExit(t, []string{"--repo", k.repoP, "--json", "ask", "--gpu", h100Market, "--count", "1", "--type", "reserved",
+		"--min-duration", "1h", "--start", "+1h"}, 0)
+	var r api.OrderView
+	if err := json.Unmarshal([]byte(out), &r); err != nil || r.LeaseType != "reserved" || r.Price != "2.49" {
+		t.Errorf("reserved ask without --price = %s (%v); want the offer's price 2.49", out, err)
+	}
 }
 
 // TestDaemonPreemption is the lease-products issue's "done when" for spot:
