@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/suanli/suanli/market"
@@ -70,16 +71,28 @@ func cmdLeases(e *env, args []string) error {
 		fmt.Fprintln(e.stdout, "no leases")
 		return nil
 	}
-	fmt.Fprintf(e.stdout, "%-14s %-8s %-9s %-16s %4s %10s %8s %12s\n", "LEASE", "ROLE", "STATE", "REASON", "GPUS", "PRICE", "RECEIPTS", "OWED")
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "LEASE\tROLE\tSTATE\tREASON\tGPUS\tPRICE/GPU-H\tRECEIPTS\tBILLED")
 	for _, l := range ls {
-		reason := l.Reason
+		reason := cmpOr(l.Reason, "-")
 		if l.PreemptAt != nil && l.State != "closed" {
-			reason = "preempt@" + l.PreemptAt.Format("15:04:05")
+			reason = "preempt@" + l.PreemptAt.Local().Format("15:04:05")
 		}
-		fmt.Fprintf(e.stdout, "%-14s %-8s %-9s %-16s %4d %10s %8d %12s\n", short(l.ID), l.Role, l.State, reason, len(l.GPUs),
-			l.Price+" "+l.Currency, l.Countersigned, l.Cumulative)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s %s\t%d\t%s\n", l.ID, l.Role, l.State, reason, len(l.GPUs),
+			l.Price, l.Currency, l.Countersigned, amountText(l.Cumulative, l.Currency))
 	}
-	return nil
+	return tw.Flush()
+}
+
+// amountText is an amount owed or billed as the ledger keeps it: to the
+// micro-unit, always 6 decimals, with its currency, so a column lines up
+// and `settle ack` can be given exactly that figure.
+func amountText(decimal, currency string) string {
+	m, err := market.ParseAmount(cmpOr(decimal, "0"), currency)
+	if err != nil {
+		return decimal + " " + currency
+	}
+	return fmt.Sprintf("%d.%06d %s", m.Micros/market.MicrosPerUnit, m.Micros%market.MicrosPerUnit, currency)
 }
 
 func cmdLease(e *env, args []string) error {

@@ -94,6 +94,10 @@ func TestDaemonLease(t *testing.T) {
 	os.WriteFile(file, bad, 0o600)
 	wantExit(t, []string{"receipts", "verify", "--file", file}, 1)
 
+	// The table names the lease in full and what it billed with its currency.
+	if out, _ := wantExit(t, []string{"--repo", repoB, "leases"}, 0); !strings.Contains(out, lease.ID) || !strings.Contains(out, amountText(lease.Cumulative, "USD")) {
+		t.Errorf("leases table lacks the full ID or %s:\n%s", amountText(lease.Cumulative, "USD"), out)
+	}
 	// Completion offers the daemon's leases and markets.
 	if out, _ := wantExit(t, []string{"--repo", repoB, "__complete", "leases"}, 0); !strings.Contains(out, lease.ID+"\n") {
 		t.Errorf("__complete leases = %q, want %s", out, lease.ID)

@@ -52,3 +52,11 @@ func TestOrderProgress(t *testing.T) {
 		}
 	}
 }
+
+func TestAmountText(t *testing.T) {
+	for in, want := range map[string]string{"0.003278": "0.003278 USD", "12": "12.000000 USD", "0.1": "0.100000 USD", "": "0.000000 USD"} {
+		if got := amountText(in, "USD"); got != want {
+			t.Errorf("amountText(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
