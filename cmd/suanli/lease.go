@@ -323,13 +323,21 @@ func cmdSettle(e *env, args []string) error {
 	for _, s := range st {
 		fmt.Fprintf(e.stdout, "peer %s\n", s.Peer)
 		for _, l := range s.Leases {
-			fmt.Fprintf(e.stdout, "  lease %s (%s): %s, %d GPU-ms, %s %s, paid %s, owed %s\n", short(l.Lease), l.Role, plural(int(l.Receipts), "receipt"), l.GPUMillis, l.Amount, l.Currency, l.Paid, l.Owed)
+			fmt.Fprintf(e.stdout, "  lease %s (%s): %s, %d GPU-ms, billed %s, paid %s, owed %s\n", l.Lease, l.Role, plural(int(l.Receipts), "receipt"), l.GPUMillis,
+				amountText(l.Amount, l.Currency), amountText(l.Paid, l.Currency), amountText(l.Owed, l.Currency))
 		}
 		for _, p := range s.Payments {
 			fmt.Fprintf(e.stdout, "  payment %d (%s): %s %s %s\n", p.Seq, p.Role, p.Amount, p.Currency, p.Reference)
 		}
 		for _, t := range s.Totals {
-			fmt.Fprintf(e.stdout, "  total %s: owed to this node %s\n", t.Currency, t.Owed)
+			switch {
+			case t.OwedMicros > 0:
+				fmt.Fprintf(e.stdout, "  total %s: the peer owes this node %s\n", t.Currency, amountText(market.FormatMicros(t.OwedMicros, t.Currency), t.Currency))
+			case t.OwedMicros < 0:
+				fmt.Fprintf(e.stdout, "  total %s: this node owes the peer %s\n", t.Currency, amountText(market.FormatMicros(-t.OwedMicros, t.Currency), t.Currency))
+			default:
+				fmt.Fprintf(e.stdout, "  total %s: settled, nothing owed\n", t.Currency)
+			}
 		}
 		for _, cr := range s.Credit {
 			fmt.Fprintf(e.stdout, "  credit %s: %s unpaid of a %s limit, %s available\n", cr.Currency, cr.Unpaid, cr.Limit, cr.Available)

@@ -94,6 +94,13 @@ func TestDaemonLease(t *testing.T) {
 	os.WriteFile(file, bad, 0o600)
 	wantExit(t, []string{"receipts", "verify", "--file", file}, 1)
 
+	// settle says who owes whom, with the currency, to the micro-unit.
+	billed := amountText(market.FormatMicros(want, "USD"), "USD")
+	for repo, says := range map[string]string{repoP: "the peer owes this node " + billed, repoB: "this node owes the peer " + billed} {
+		if out, _ := wantExit(t, []string{"--repo", repo, "settle"}, 0); !strings.Contains(out, says) {
+			t.Errorf("settle on %s lacks %q:\n%s", repo, says, out)
+		}
+	}
 	// The table names the lease in full and what it billed with its currency.
 	if out, _ := wantExit(t, []string{"--repo", repoB, "leases"}, 0); !strings.Contains(out, lease.ID) || !strings.Contains(out, amountText(lease.Cumulative, "USD")) {
 		t.Errorf("leases table lacks the full ID or %s:\n%s", amountText(lease.Cumulative, "USD"), out)
