@@ -281,15 +281,7 @@ func (b *Books) Joined(mkt string) bool {
 func (b *Books) allow(maker string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	l, ok := b.limiters[maker]
-	if !ok {
-		if len(b.limiters) > 100_000 {
-			clear(b.limiters)
-		}
-		l = rate.NewLimiter(orderRate, orderBurst)
-		b.limiters[maker] = l
-	}
-	return l.Allow()
+	return allowIn(b.limiters, maker, orderRate, orderBurst)
 }
 
 // allowAuthor is allow for the author of a gossip message, whatever it
@@ -298,13 +290,21 @@ func (b *Books) allow(maker string) bool {
 func (b *Books) allowAuthor(author peer.ID) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	l, ok := b.authors[author]
+	return allowIn(b.authors, author, authorRate, authorBurst)
+}
+
+// allowIn spends one token of key's limiter in m, made at r and burst on
+// first use. A map past 100,000 keys starts over, so fresh keys cannot
+// grow it without bound (a forgotten key gets a full bucket again). The
+// caller holds b.mu.
+func allowIn[K comparable](m map[K]*rate.Limiter, key K, r rate.Limit, burst int) bool {
+	l, ok := m[key]
 	if !ok {
-		if len(b.authors) > 100_000 {
-			clear(b.authors)
+		if len(m) > 100_000 {
+			clear(m)
 		}
-		l = rate.NewLimiter(authorRate, authorBurst)
-		b.authors[author] = l
+		l = rate.NewLimiter(r, burst)
+		m[key] = l
 	}
 	return l.Allow()
 }
