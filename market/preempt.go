@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/suanli/suanli/proto"
 )
 
 // Preemption rules: a provider whose GPUs are all leased may take a
-// higher-priority trade by interrupting spot leases, lowest price first.
+// higher-priority trade by interrupting whole spot leases, the set that
+// loses the least revenue (see ChoosePreempted).
 // On-demand and reserved trades outrank every spot lease; a spot trade
 // outranks a spot lease only when it pays at least DefaultPreemptMarginBP
 // (or the provider's margin) more per GPU-hour. On-demand and reserved
@@ -41,6 +44,15 @@ type Preemptible struct {
 // come free for a trade of type t at price, given free GPUs already free.
 // It returns the victims (lowest price first) and the GPUs the trade gets
 // (the free ones first), or ok false when no such choice exists.
+//
+// No executor can take GPUs away from a running workload, so a lease is
+// interrupted whole; the choice is the set of spot leases that frees
+// enough GPUs at the least revenue lost (the sum over victims of GPUs ×
+// price per GPU-hour), then the fewest GPUs interrupted, then the
+// cheapest and newest leases. A 2-GPU trade therefore interrupts a
+// 2-GPU lease rather than a whole 8-GPU one, even one slightly cheaper
+// per GPU. The set is found exactly (a knapsack cover over the
+// candidates); past maxPreemptCells table cells, lowest price first.
 func ChoosePreempted(running []Preemptible, free []string, need int, t LeaseType, price, marginBP int64) (victims []Preemptible, gpus []string, ok bool) {
 	if need <= len(free) {
 		return nil, free[:need], true
@@ -59,20 +71,105 @@ func ChoosePreempted(running []Preemptible, free []string, need int, t LeaseType
 		if c := cmpInt64(a.Price, b.Price); c != 0 {
 			return c
 		}
-		return b.Since.Compare(a.Since)
-	})
-	gpus = append([]string(nil), free...)
-	for _, c := range cands {
-		if len(gpus) >= need {
-			break
+		if c := b.Since.Compare(a.Since); c != 0 {
+			return c
 		}
-		victims = append(victims, c)
-		gpus = append(gpus, c.GPUs...)
+		return strings.Compare(a.ID, b.ID)
+	})
+	short := need - len(free)
+	var chosen []bool
+	if (len(cands)+1)*(short+1) <= maxPreemptCells {
+		chosen = coverCheapest(cands, short)
+	} else {
+		chosen = make([]bool, len(cands))
+		for i, got := 0, 0; i < len(cands) && got < short; i++ {
+			chosen[i], got = true, got+len(cands[i].GPUs)
+		}
+	}
+	gpus = append([]string(nil), free...)
+	for i, c := range cands {
+		if chosen != nil && chosen[i] {
+			victims = append(victims, c)
+			gpus = append(gpus, c.GPUs...)
+		}
 	}
 	if len(gpus) < need {
 		return nil, nil, false
 	}
 	return victims, gpus[:need], true
+}
+
+// maxPreemptCells bounds ChoosePreempted's table (candidates × GPUs
+// short): 4 M cells, a few tens of milliseconds at most.
+const maxPreemptCells = 4 << 20
+
+// coverCost is what interrupting a set of leases costs: revenue lost per
+// hour, then GPUs interrupted.
+type coverCost struct {
+	lost int64
+	gpus int
+}
+
+func (a coverCost) less(b coverCost) bool {
+	return a.lost < b.lost || a.lost == b.lost && a.gpus < b.gpus
+}
+
+// coverCheapest chooses among cands (in preference order) a set whose
+// GPUs number at least short at the least coverCost; among equal costs
+// it prefers the earlier candidates. It returns nil when the candidates
+// cannot cover short.
+func coverCheapest(cands []Preemptible, short int) []bool {
+	inf := coverCost{lost: math.MaxInt64, gpus: math.MaxInt}
+	// best[i][r]: the least cost of freeing r more GPUs from cands[i:].
+	best := make([][]coverCost, len(cands)+1)
+	for i := range best {
+		best[i] = make([]coverCost, short+1)
+	}
+	for r := 1; r <= short; r++ {
+		best[len(cands)][r] = inf
+	}
+	for i := len(cands) - 1; i >= 0; i-- {
+		for r := 0; r <= short; r++ {
+			best[i][r], _ = coverStep(best[i+1], cands[i], r, inf)
+		}
+	}
+	if best[0][short] == inf {
+		return nil
+	}
+	chosen := make([]bool, len(cands))
+	for i, r := 0, short; i < len(cands) && r > 0; i++ {
+		if _, take := coverStep(best[i+1], cands[i], r, inf); take {
+			chosen[i], r = true, max(0, r-len(cands[i].GPUs))
+		}
+	}
+	return chosen
+}
+
+// coverStep is one cell of coverCheapest's table: the least cost of
+// freeing r GPUs from c and the candidates after it (whose costs are
+// next), and whether that takes c. Taking wins ties, so earlier
+// (cheaper, newer) candidates are preferred.
+func coverStep(next []coverCost, c Preemptible, r int, inf coverCost) (coverCost, bool) {
+	skip := next[r]
+	if r == 0 {
+		return skip, false
+	}
+	rest := next[max(0, r-len(c.GPUs))]
+	if rest == inf {
+		return skip, false
+	}
+	take := coverCost{lost: satAdd(rest.lost, satMul(c.Price, int64(len(c.GPUs)))), gpus: rest.gpus + len(c.GPUs)}
+	if skip.less(take) {
+		return skip, false
+	}
+	return take, true
+}
+
+func satMul(a, b int64) int64 {
+	if a != 0 && b > math.MaxInt64/a {
+		return math.MaxInt64
+	}
+	return a * b
 }
 
 // LeaseNotice is the preemption notice a lease's terms give: its own, or

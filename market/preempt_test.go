@@ -2,6 +2,8 @@ package market
 
 import (
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -51,6 +53,126 @@ func TestChoosePreempted(t *testing.T) {
 				t.Errorf("GPUs %v do not use the free ones first", gpus)
 			}
 		})
+	}
+}
+
+// TestChoosePreemptedSmallestSet: a trade interrupts the leases that
+// lose the least revenue, not the cheapest per GPU whatever their size
+// (a 2-GPU trade once took a whole 8-GPU spot lease).
+func TestChoosePreemptedSmallestSet(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	gpus := func(prefix string, n int) []string {
+		var out []string
+		for i := range n {
+			out = append(out, fmt.Sprintf("%s%d", prefix, i))
+		}
+		return out
+	}
+	big := Preemptible{ID: "big", GPUs: gpus("b", 8), Price: 1_000_000, Type: Spot, Since: t0}
+	small := Preemptible{ID: "small", GPUs: gpus("s", 2), Price: 1_200_000, Type: Spot, Since: t0}
+	one := Preemptible{ID: "one", GPUs: gpus("o", 1), Price: 1_100_000, Type: Spot, Since: t0}
+	tests := []struct {
+		name    string
+		running []Preemptible
+		need    int
+		victims []string
+	}{
+		{"2 GPUs take the 2-GPU lease, not the cheaper 8", []Preemptible{big, small}, 2, []string{"small"}},
+		{"1 GPU takes the 1-GPU lease", []Preemptible{big, small, one}, 1, []string{"one"}},
+		{"3 GPUs take 1 + 2", []Preemptible{big, small, one}, 3, []string{"one", "small"}},
+		{"9 GPUs take 8 + 1", []Preemptible{big, small, one}, 9, []string{"big", "one"}},
+		{"only the big one fits", []Preemptible{big, one}, 4, []string{"big"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			vs, got, ok := ChoosePreempted(tt.running, nil, tt.need, OnDemand, 1, DefaultPreemptMarginBP)
+			var ids []string
+			for _, v := range vs {
+				ids = append(ids, v.ID)
+			}
+			if !ok || !slices.Equal(ids, tt.victims) || len(got) != tt.need {
+				t.Fatalf("ChoosePreempted = %v (%d GPUs), %v; want %v", ids, len(got), ok, tt.victims)
+			}
+		})
+	}
+}
+
+// TestChoosePreemptedOptimal checks the choice against every subset of up
+// to 10 random leases: it frees enough GPUs, no subset loses less revenue
+// (or as little with fewer GPUs), and it fails only when none frees
+// enough.
+func TestChoosePreemptedOptimal(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 20))
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	for round := range 2000 {
+		n := rng.IntN(10)
+		var running []Preemptible
+		for i := range n {
+			g := 1 + rng.IntN(8)
+			var ids []string
+			for j := range g {
+				ids = append(ids, fmt.Sprintf("r%d-%d", i, j))
+			}
+			typ := Spot
+			if rng.IntN(5) == 0 {
+				typ = OnDemand
+			}
+			running = append(running, Preemptible{ID: fmt.Sprintf("l%d", i), GPUs: ids, Price: int64(1+rng.IntN(5)) * 500_000, Type: typ, Since: t0.Add(time.Duration(rng.IntN(100)) * time.Minute)})
+		}
+		free := rng.IntN(3)
+		var freeIDs []string
+		for i := range free {
+			freeIDs = append(freeIDs, fmt.Sprintf("f%d", i))
+		}
+		need := 1 + rng.IntN(20)
+		vs, got, ok := ChoosePreempted(running, freeIDs, need, OnDemand, 1, DefaultPreemptMarginBP)
+		cost := func(set []Preemptible) coverCost {
+			var c coverCost
+			for _, l := range set {
+				c.lost += l.Price * int64(len(l.GPUs))
+				c.gpus += len(l.GPUs)
+			}
+			return c
+		}
+		var best *coverCost
+		for mask := 0; mask < 1<<n; mask++ {
+			var set []Preemptible
+			for i := range n {
+				if mask&(1<<i) != 0 {
+					if running[i].Type != Spot {
+						set = nil
+						break
+					}
+					set = append(set, running[i])
+				}
+			}
+			if set == nil && mask != 0 {
+				continue
+			}
+			c := cost(set)
+			if free+c.gpus >= need && (best == nil || c.less(*best)) {
+				best = &c
+			}
+		}
+		if ok != (best != nil) {
+			t.Fatalf("round %d: ok = %v, brute force found %v (need %d, free %d, running %+v)", round, ok, best, need, free, running)
+		}
+		if !ok {
+			continue
+		}
+		if len(got) != need || (free > 0 && got[0] != "f0") {
+			t.Fatalf("round %d: got GPUs %v for need %d", round, got, need)
+		}
+		if c := cost(vs); c != *best {
+			t.Fatalf("round %d: chose %+v costing %+v, the best costs %+v", round, vs, c, *best)
+		}
+		seen := map[string]bool{}
+		for _, g := range got {
+			if seen[g] {
+				t.Fatalf("round %d: GPU %s given twice", round, g)
+			}
+			seen[g] = true
+		}
 	}
 }
 
