@@ -39,7 +39,8 @@ var ErrSlurm = errors.New("slurm command failed")
 const slurmTimeout = 30 * time.Second
 
 // Run runs one Slurm command with stdin (may be nil) and returns its
-// standard output. The command's environment is PATH and SLURM_CONF only:
+// standard output. The command's environment is PATH, TZ=UTC and
+// SLURM_CONF only:
 // nothing of the caller's (passphrases) reaches Slurm or, through sbatch's
 // --export=ALL, a job.
 func (s Slurm) Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
@@ -50,7 +51,9 @@ func (s Slurm) Run(ctx context.Context, stdin []byte, name string, args ...strin
 		bin = s.Bin + "/" + name
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"}
+	// TZ=UTC: the times scontrol reads and writes (reservations) are
+	// UTC, whatever the daemon's or the system's zone.
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8", "TZ=UTC"}
 	if s.Conf != "" {
 		cmd.Env = append(cmd.Env, "SLURM_CONF="+s.Conf)
 	}
@@ -159,6 +162,8 @@ type SlurmJob struct {
 	Start, End       time.Time // zero until known
 	TimeLimit        time.Duration
 	StdOut           string
+	// Reservation is the Slurm reservation the job runs in ("": none).
+	Reservation string
 	// GPUs are the allocated gpu gres per node, Used holding the indices.
 	GPUs map[string][]SlurmGres
 }
@@ -176,6 +181,7 @@ type squeueJSON struct {
 		EndTime      int64       `json:"end_time"`
 		TimeLimit    int64       `json:"time_limit"`
 		StdOut       string      `json:"standard_output"`
+		ResvName     string      `json:"resv_name"`
 		GresDetail   []string    `json:"gres_detail"`
 		JobResources struct {
 			AllocatedNodes []struct {
@@ -204,7 +210,7 @@ func ParseSqueue(b []byte) ([]SlurmJob, error) {
 	jobs := make([]SlurmJob, 0, len(doc.Jobs))
 	for _, j := range doc.Jobs {
 		job := SlurmJob{ID: j.JobID.String(), Name: j.Name, Comment: j.Comment, State: j.JobState,
-			Reason: j.StateReason, Partition: j.Partition, StdOut: j.StdOut,
+			Reason: j.StateReason, Partition: j.Partition, StdOut: j.StdOut, Reservation: j.ResvName,
 			TimeLimit: time.Duration(j.TimeLimit) * time.Minute}
 		// exit_code is the wait status: the exit code in the high byte,
 		// the signal in the low bits.

@@ -206,6 +206,15 @@ func (s *SlurmExecutor) Start(ctx context.Context, w Workload) (Execution, error
 	if t := timeLimit(w.End, time.Now()); t != "" {
 		args = append(args, "--time="+t)
 	}
+	// A reserved block held by Reserve runs in its reservation: the job
+	// pends until the reservation starts, then has its nodes.
+	resv, err := s.reservationOf(ctx, w.LeaseID)
+	if err != nil {
+		return nil, err
+	}
+	if resv != "" {
+		args = append(args, "--reservation="+resv)
+	}
 	args = append(args, plan.Args()...)
 	res, err := s.Slurm.Run(ctx, batchScript(w), "sbatch", args...)
 	if err != nil {
@@ -259,13 +268,16 @@ func (s *SlurmExecutor) Adopt(ctx context.Context, w Workload, handle string) (E
 }
 
 // Sweep implements Adopter: cancel this owner's pending or running jobs
-// whose lease keep does not know.
+// and delete its reservations whose lease keep does not know.
 func (s *SlurmExecutor) Sweep(ctx context.Context, keep func(string) bool) ([]string, error) {
 	jobs, err := s.Slurm.Jobs(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var removed []string
+	removed, err := s.sweepReservations(ctx, keep)
+	if err != nil {
+		return removed, err
+	}
 	for _, j := range jobs {
 		lease, ok := s.leaseOfComment(j.Comment)
 		if !ok || !strings.HasPrefix(j.Name, SlurmJobPrefix) || keep(lease) {
@@ -277,7 +289,9 @@ func (s *SlurmExecutor) Sweep(ctx context.Context, keep func(string) bool) ([]st
 		if _, err := s.Slurm.Run(ctx, nil, "scancel", j.ID); err != nil {
 			return removed, err
 		}
-		removed = append(removed, lease)
+		if !slices.Contains(removed, lease) {
+			removed = append(removed, lease)
+		}
 	}
 	return removed, nil
 }
@@ -461,7 +475,8 @@ func (r *slurmRun) Result() ExitResult {
 }
 
 // Info implements Execution: the handle is the job ID, GPUAccess the gres
-// Slurm allocated ("slurm gpu:h100:2(IDX:0-1) on vm").
+// Slurm allocated and the reservation the job runs in ("slurm
+// gpu:h100:2[0 1] on vm in reservation suanli-L.P").
 func (r *slurmRun) Info() Info {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -476,12 +491,17 @@ func (r *slurmRun) Info() Info {
 			access += fmt.Sprintf(" gpu:%s:%d%v on %s", g.Type, g.Count, g.Used, n)
 		}
 	}
+	if r.job.Reservation != "" {
+		access += " in reservation " + r.job.Reservation
+	}
 	return Info{Executor: Slurm, Handle: r.id, State: strings.ToLower(r.state), GPUAccess: access, Started: r.job.Start}
 }
 
 // Stop implements Execution: scancel (SIGTERM, SIGKILL after KillWait),
-// then SIGKILL if the job outlives grace plus a minute.
+// then SIGKILL if the job outlives grace plus a minute; the lease's
+// reservation, if it has one, is deleted.
 func (r *slurmRun) Stop(grace time.Duration) error {
+	defer r.ex.Release(context.Background(), r.w.LeaseID)
 	select {
 	case <-r.done:
 		return nil
