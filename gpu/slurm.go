@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -374,14 +375,26 @@ type SlurmBackendConfig struct {
 	// the provider's own book. GPUs held by any other job belong to the
 	// cluster's own users and are not offered.
 	JobPrefix string
+	// MaxNodes is the most nodes one lease may span as one job, as the
+	// offer states it (SlurmFacts); 0: every node that sells GPUs.
+	MaxNodes int
+	// Local, when the daemon runs on a compute node, is that node's NVML
+	// (or a simulation of it): Telemetry samples it for the node's GPUs.
+	// LocalNode is the node's name in Slurm; default: the short host
+	// name. Slurm's gres index i on the node is NVML's device i (the
+	// order gres.conf lists /dev/nvidiaN, and AutoDetect=nvml, give).
+	Local     Backend
+	LocalNode string
 }
 
 // SlurmBackend is a Backend over a Slurm cluster: the GPUs are the gpu
-// gres of its nodes, as the controller knows them. It reads no GPU
-// itself: Telemetry is empty (the node's NVML belongs to the compute
-// node) and there is no attestation evidence.
+// gres of its nodes, as the controller knows them. Telemetry comes from
+// NVML only where the daemon runs on a compute node (Local), for that
+// node's GPUs; there is no attestation evidence.
 type SlurmBackend struct {
 	cfg SlurmBackendConfig
+	// local maps the local NVML UUIDs to their Slurm UUIDs.
+	local map[string]string
 }
 
 var _ Backend = (*SlurmBackend)(nil)
@@ -410,7 +423,60 @@ func OpenSlurm(ctx context.Context, cfg SlurmBackendConfig) (*SlurmBackend, erro
 	if _, err := b.Inventory(); err != nil {
 		return nil, err
 	}
+	if cfg.Local != nil {
+		if err := b.mapLocal(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return b, nil
+}
+
+// mapLocal pairs the local NVML devices with the local node's gres.
+func (b *SlurmBackend) mapLocal(ctx context.Context) error {
+	name := b.cfg.LocalNode
+	if name == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("gpu: slurm local node: %w", err)
+		}
+		name, _, _ = strings.Cut(h, ".")
+	}
+	nodes, err := b.cfg.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(nodes, func(n SlurmNode) bool { return n.Name == name })
+	if i < 0 {
+		return fmt.Errorf("gpu: the local node %q is not in Slurm cluster %s", name, b.cfg.Cluster)
+	}
+	inv, err := b.cfg.Local.Inventory()
+	if err != nil {
+		return err
+	}
+	b.local, err = localMap(b.cfg.Cluster, nodes[i], inv.Devices)
+	return err
+}
+
+// localMap maps each local device's UUID to the Slurm UUID of the gres
+// with its index on node.
+func localMap(cluster string, node SlurmNode, devs []Device) (map[string]string, error) {
+	var ids []SlurmGPU
+	for _, g := range node.GPUs {
+		for range g.Count {
+			ids = append(ids, SlurmGPU{Cluster: cluster, Node: node.Name, Type: g.Type, Index: len(ids)})
+		}
+	}
+	if len(ids) != len(devs) {
+		return nil, fmt.Errorf("gpu: Slurm gives node %s %d GPUs, NVML sees %d", node.Name, len(ids), len(devs))
+	}
+	m := make(map[string]string, len(devs))
+	for _, d := range devs {
+		if d.Index < 0 || d.Index >= len(ids) {
+			return nil, fmt.Errorf("gpu: NVML device index %d on node %s", d.Index, node.Name)
+		}
+		m[d.UUID] = ids[d.Index].UUID()
+	}
+	return m, nil
 }
 
 // Name implements Backend: "slurm:CLUSTER".
@@ -513,13 +579,86 @@ func schedulable(state string) bool {
 	return true
 }
 
-// Telemetry implements Backend: none, the controller sees no GPU counters.
-func (b *SlurmBackend) Telemetry() ([]Telemetry, error) { return nil, nil }
+// Telemetry implements Backend: the local node's GPUs through NVML
+// (Local), under their Slurm UUIDs; none without Local, since the
+// controller sees no GPU counters.
+func (b *SlurmBackend) Telemetry() ([]Telemetry, error) {
+	if b.cfg.Local == nil {
+		return nil, nil
+	}
+	ts, err := b.cfg.Local.Telemetry()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Telemetry, 0, len(ts))
+	for _, t := range ts {
+		if u, ok := b.local[t.UUID]; ok {
+			t.UUID = u
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
 
 // Attest implements Backend: a Slurm cluster carries no evidence.
 func (b *SlurmBackend) Attest([]byte, ...string) ([]Evidence, error) {
 	return nil, errors.New("gpu: a Slurm cluster's GPUs carry no attestation evidence")
 }
 
-// Close implements Backend.
-func (b *SlurmBackend) Close() error { return nil }
+// Close implements Backend: it closes Local.
+func (b *SlurmBackend) Close() error {
+	if b.cfg.Local != nil {
+		return b.cfg.Local.Close()
+	}
+	return nil
+}
+
+// SlurmFacts are what an offer states of a Slurm provider beyond its
+// GPUs (proto Offer.scheduler, Offer.max_nodes, Host.scheduler_version;
+// each GPU's node is SlurmNodeOf its UUID, proto GPU.node).
+type SlurmFacts struct {
+	// Scheduler is "slurm": the cluster's scheduler places the leases and
+	// picks the device indices, and the cluster's own users share it.
+	Scheduler string
+	// Version is Slurm's, e.g. "22.05.8".
+	Version string
+	// MaxNodes is the most nodes one lease may span as one job (a
+	// multi-node lease): the nodes selling GPUs now, at most
+	// SlurmBackendConfig.MaxNodes.
+	MaxNodes int
+}
+
+// Facts reads the facts an offer states (scontrol --version and the
+// inventory).
+func (b *SlurmBackend) Facts(ctx context.Context) (SlurmFacts, error) {
+	f := SlurmFacts{Scheduler: "slurm"}
+	out, err := b.cfg.Run(ctx, nil, "scontrol", "--version")
+	if err != nil {
+		return f, err
+	}
+	if fs := strings.Fields(string(out)); len(fs) > 0 {
+		f.Version = fs[len(fs)-1] // "slurm-wlm 22.05.8", "slurm 23.11.4"
+	}
+	inv, err := b.Inventory()
+	if err != nil {
+		return f, err
+	}
+	nodes := map[string]bool{}
+	for _, d := range inv.Devices {
+		nodes[SlurmNodeOf(d.UUID)] = true
+	}
+	f.MaxNodes = len(nodes)
+	if b.cfg.MaxNodes > 0 {
+		f.MaxNodes = min(f.MaxNodes, b.cfg.MaxNodes)
+	}
+	return f, nil
+}
+
+// SlurmNodeOf is the node of a Slurm GPU UUID, "" for any other UUID.
+func SlurmNodeOf(uuid string) string {
+	g, err := ParseSlurmUUID(uuid)
+	if err != nil {
+		return ""
+	}
+	return g.Node
+}

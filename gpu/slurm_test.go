@@ -199,3 +199,57 @@ func FuzzParseSlurmJSON(f *testing.F) {
 		parseSinfo(b)
 	})
 }
+
+// TestSlurmLocalTelemetry: a daemon on a compute node samples its GPUs
+// through NVML (here the simulated DGX H100's) under their Slurm UUIDs,
+// the ones its offer lists; an unknown node or a count that does not
+// match gres is refused; the offer's facts say Slurm, its version and
+// how many nodes a lease may span.
+func TestSlurmLocalTelemetry(t *testing.T) {
+	s := testCluster(t)
+	node, _, n := confGPUs(t, s.Conf)
+	ctx := context.Background()
+	local, err := OpenSim("dgxh100", 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := OpenSlurm(ctx, SlurmBackendConfig{Slurm: s, Local: local, LocalNode: node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	inv, err := b.Inventory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, err := b.Telemetry()
+	if err != nil || len(ts) != n {
+		t.Fatalf("telemetry: %d samples, %v; want %d", len(ts), err, n)
+	}
+	for i, tm := range ts {
+		if tm.UUID != inv.Devices[i].UUID || tm.MemoryTotalBytes == 0 || tm.PowerMilliwatts == 0 {
+			t.Errorf("sample %d: %+v, want NVML's counters for %s", i, tm, inv.Devices[i].UUID)
+		}
+	}
+	f, err := b.Facts(ctx)
+	if err != nil || f.Scheduler != "slurm" || strings.Count(f.Version, ".") != 2 || f.MaxNodes != 1 {
+		t.Errorf("facts %+v, %v", f, err)
+	}
+	if SlurmNodeOf(inv.Devices[0].UUID) != node || SlurmNodeOf("GPU-1") != "" {
+		t.Errorf("SlurmNodeOf")
+	}
+	if _, err := OpenSlurm(ctx, SlurmBackendConfig{Slurm: s, Local: local, LocalNode: "nosuch"}); err == nil {
+		t.Error("an unknown local node was accepted")
+	}
+	if _, err := localMap("c", SlurmNode{Name: node, GPUs: []SlurmGres{{Type: "h100", Count: 8}}}, make([]Device, 4)); err == nil {
+		t.Error("8 gres and 4 NVML devices were paired")
+	}
+	// Without Local there are no counters.
+	plain, err := OpenSlurm(ctx, SlurmBackendConfig{Slurm: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ts, err := plain.Telemetry(); err != nil || len(ts) != 0 {
+		t.Errorf("telemetry without NVML: %v, %v", ts, err)
+	}
+}
