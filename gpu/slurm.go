@@ -165,6 +165,10 @@ type SlurmJob struct {
 	StdOut           string
 	// Reservation is the Slurm reservation the job runs in ("": none).
 	Reservation string
+	// HetJobID is the leader's ID when the job is a component of a
+	// heterogeneous job (the leader's own too); "" otherwise. Each
+	// component is listed with its own nodes and GPUs.
+	HetJobID string
 	// GPUs are the allocated gpu gres per node, Used holding the indices.
 	GPUs map[string][]SlurmGres
 }
@@ -183,6 +187,7 @@ type squeueJSON struct {
 		TimeLimit    int64       `json:"time_limit"`
 		StdOut       string      `json:"standard_output"`
 		ResvName     string      `json:"resv_name"`
+		HetJobID     int64       `json:"het_job_id"`
 		GresDetail   []string    `json:"gres_detail"`
 		JobResources struct {
 			AllocatedNodes []struct {
@@ -216,6 +221,9 @@ func ParseSqueue(b []byte) ([]SlurmJob, error) {
 		// exit_code is the wait status: the exit code in the high byte,
 		// the signal in the low bits.
 		job.ExitCode, job.Signal = j.ExitCode>>8&0xff, j.ExitCode&0x7f
+		if j.HetJobID > 0 {
+			job.HetJobID = strconv.FormatInt(j.HetJobID, 10)
+		}
 		if j.StartTime > 0 {
 			job.Start = time.Unix(j.StartTime, 0)
 		}

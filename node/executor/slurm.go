@@ -92,18 +92,32 @@ type SlurmRequest struct {
 	Total   int
 }
 
-// Args are sbatch's placement arguments.
-func (r SlurmRequest) Args() []string {
+// Args are sbatch's arguments for the job: each's is the arguments every
+// component takes (partition, time limit, reservation) and the placement.
+// The same count on every node is one job with --gres per node. Uneven
+// counts are a heterogeneous job, one component per node with its own
+// --gres (components separated by ":"): --gpus=N over the nodes would let
+// Slurm spread them its own way (4 over 2 nodes as 3+1 whatever was
+// leased). A heterogeneous job is still one job: one ID, one batch script
+// (on the first node; srun --het-group=0-K reaches all), one scancel.
+func (r SlurmRequest) Args(each ...string) []string {
 	typ := ""
 	if r.Type != "" {
 		typ = r.Type + ":"
 	}
-	args := []string{"--nodes=" + strconv.Itoa(len(r.Nodes)), "--nodelist=" + strings.Join(r.Nodes, ",")}
 	if len(slices.Compact(slices.Clone(r.PerNode))) == 1 {
-		return append(args, "--gres=gpu:"+typ+strconv.Itoa(r.PerNode[0]))
+		return append(slices.Clone(each), "--nodes="+strconv.Itoa(len(r.Nodes)), "--nodelist="+strings.Join(r.Nodes, ","),
+			"--gres=gpu:"+typ+strconv.Itoa(r.PerNode[0]))
 	}
-	// Uneven counts: the job's total, spread by Slurm over the nodes.
-	return append(args, "--gpus="+typ+strconv.Itoa(r.Total))
+	var args []string
+	for i, n := range r.Nodes {
+		if i > 0 {
+			args = append(args, ":")
+		}
+		args = append(args, each...)
+		args = append(args, "--nodes=1", "--nodelist="+n, "--gres=gpu:"+typ+strconv.Itoa(r.PerNode[i]))
+	}
+	return args
 }
 
 // PlanSlurm maps leased GPU UUIDs (gpu.SlurmGPU) to a job's placement:
@@ -196,15 +210,17 @@ func (s *SlurmExecutor) Start(ctx context.Context, w Workload) (Execution, error
 	os.Remove(out)
 	args := []string{"--parsable", "--job-name=" + SlurmJobPrefix + w.LeaseID, "--comment=" + s.comment(w.LeaseID),
 		"--chdir=" + dir, "--output=" + out, "--open-mode=append", "--no-requeue"}
+	// Every component of a heterogeneous job takes these.
+	var each []string
 	part := s.Partition
 	if w.Spot && s.SpotPartition != "" {
 		part = s.SpotPartition
 	}
 	if part != "" {
-		args = append(args, "--partition="+part)
+		each = append(each, "--partition="+part)
 	}
 	if t := timeLimit(w.End, time.Now()); t != "" {
-		args = append(args, "--time="+t)
+		each = append(each, "--time="+t)
 	}
 	// A reserved block held by Reserve runs in its reservation: the job
 	// pends until the reservation starts, then has its nodes.
@@ -213,9 +229,9 @@ func (s *SlurmExecutor) Start(ctx context.Context, w Workload) (Execution, error
 		return nil, err
 	}
 	if resv != "" {
-		args = append(args, "--reservation="+resv)
+		each = append(each, "--reservation="+resv)
 	}
-	args = append(args, plan.Args()...)
+	args = append(args, plan.Args(each...)...)
 	res, err := s.Slurm.Run(ctx, batchScript(w), "sbatch", args...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: slurm executor: %v", ErrRefused, err)
@@ -280,8 +296,8 @@ func (s *SlurmExecutor) Sweep(ctx context.Context, keep func(string) bool) ([]st
 	}
 	for _, j := range jobs {
 		lease, ok := s.leaseOfComment(j.Comment)
-		if !ok || !strings.HasPrefix(j.Name, SlurmJobPrefix) || keep(lease) {
-			continue
+		if !ok || !strings.HasPrefix(j.Name, SlurmJobPrefix) || keep(lease) || j.HetJobID != "" && j.HetJobID != j.ID {
+			continue // a heterogeneous job's component goes with its leader
 		}
 		if j.State != "PENDING" && j.State != "RUNNING" && j.State != "SUSPENDED" {
 			continue
@@ -309,12 +325,30 @@ func (s *SlurmExecutor) job(ctx context.Context, id string) (*gpu.SlurmJob, erro
 	if err != nil {
 		return nil, err
 	}
-	for _, j := range jobs {
-		if j.ID == id {
-			return &j, nil
+	return hetJob(jobs, id), nil
+}
+
+// hetJob is job id of jobs, nil if it is not there, with the GPUs of its
+// other components when it leads a heterogeneous job.
+func hetJob(jobs []gpu.SlurmJob, id string) *gpu.SlurmJob {
+	i := slices.IndexFunc(jobs, func(j gpu.SlurmJob) bool { return j.ID == id })
+	if i < 0 {
+		return nil
+	}
+	job := jobs[i]
+	if job.HetJobID != id {
+		return &job
+	}
+	gpus := map[string][]gpu.SlurmGres{}
+	for _, c := range jobs {
+		if c.HetJobID == id {
+			for n, gs := range c.GPUs {
+				gpus[n] = append(gpus[n], gs...)
+			}
 		}
 	}
-	return nil, nil
+	job.GPUs = gpus
+	return &job
 }
 
 // slurmRun is one lease's job.

@@ -39,8 +39,8 @@ func jobState(t *testing.T, s gpu.Slurm, id string) gpu.SlurmJob {
 	return gpu.SlurmJob{}
 }
 
-// TestSlurmReservedBlock: a reserved block of a whole node becomes a
-// Slurm reservation at the trade; a cluster user's job that would run
+// TestSlurmReservedBlock: a reserved block of whole nodes becomes a
+// Slurm reservation of them at the trade; a cluster user's job that would run
 // into the block pends; the lease's job, submitted before the block,
 // starts in the reservation when the block starts, not before; ending the
 // lease deletes the reservation, and then (negative control) the user's
@@ -49,7 +49,7 @@ func jobState(t *testing.T, s gpu.Slurm, id string) gpu.SlurmJob {
 func TestSlurmReservedBlock(t *testing.T) {
 	b, s := slurmCluster(t)
 	ex := testSlurm(t, s)
-	all := freeGPUs(t, b, 8) // every GPU of the node
+	all := freeGPUs(t, b, 8) // every GPU of the cluster's nodes
 	ctx := context.Background()
 	lease := "lease" + randHex(4)
 	t.Cleanup(func() { ex.Release(ctx, lease) })
@@ -67,8 +67,12 @@ func TestSlurmReservedBlock(t *testing.T) {
 	if err != nil || r == nil {
 		t.Fatalf("reservation %s: %+v, %v", name, r, err)
 	}
-	if !r.Start.Equal(start) || r.End.Before(end) || r.NodeCount != 1 {
-		t.Errorf("reservation %+v, want %v–%v on 1 node", r, start, end)
+	nodes := map[string]bool{}
+	for _, u := range all {
+		nodes[gpu.SlurmNodeOf(u)] = true
+	}
+	if !r.Start.Equal(start) || r.End.Before(end) || r.NodeCount != len(nodes) {
+		t.Errorf("reservation %+v, want %v–%v on %d nodes", r, start, end, len(nodes))
 	}
 	if again, err := ex.Reserve(ctx, lease, all, start, end); err != nil || again != name {
 		t.Errorf("reserving again: %q, %v; want the same reservation", again, err)
