@@ -208,6 +208,7 @@ func FuzzParseSlurmJSON(f *testing.F) {
 	f.Add([]byte(`{"jobs":[{"job_id":7,"name":"suanli-x","job_state":"RUNNING","exit_code":768,"gres_detail":["gpu:h100:2(IDX:0-1)"],"job_resources":{"allocated_nodes":[{"nodename":"vm"}]}}]}`))
 	f.Add([]byte(`{"nodes":[{"name":"vm","state":"mixed","gres":"gpu:h100:8","gres_used":"gpu:h100:2(IDX:0-1)"}]}`))
 	f.Add([]byte(`{"jobs":[{"job_id":"x"}]}`))
+	f.Add([]byte(`{"jobs":[{"job_id":8,"het_job_id":7,"resv_name":"suanli-L.P","start_time":1796368275,"end_time":1796368277,"gres_detail":["gpu:h100:3(IDX:0-2)"],"job_resources":{"allocated_nodes":[{"nodename":"vm-2"}]}}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if jobs, err := ParseSqueue(b); err == nil {
 			for _, j := range jobs {
