@@ -129,7 +129,12 @@ func PlanSlurm(uuids []string) (SlurmRequest, error) {
 		return r, fmt.Errorf("%w: slurm executor: no GPUs", ErrRefused)
 	}
 	count := map[string]int{}
+	seen := map[string]bool{}
 	for i, u := range uuids {
+		if seen[u] {
+			return r, fmt.Errorf("%w: slurm executor: GPU %s listed twice", ErrRefused, u)
+		}
+		seen[u] = true
 		g, err := gpu.ParseSlurmUUID(u)
 		if err != nil {
 			return r, fmt.Errorf("%w: slurm executor: %v", ErrRefused, err)

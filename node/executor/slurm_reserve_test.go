@@ -161,3 +161,56 @@ func TestReservationName(t *testing.T) {
 		}
 	}
 }
+
+// TestSlurmReserveBusy: a block over a node where a cluster user's job
+// runs into it cannot be held, and Reserve says why (Slurm's reason);
+// the other node, free, can (negative control), from now on when the
+// block has already begun.
+func TestSlurmReserveBusy(t *testing.T) {
+	b, s := slurmCluster(t)
+	ex := testSlurm(t, s)
+	nodes, by := gpusByNode(t, b)
+	ctx := context.Background()
+	user := userJob(t, s)
+	slurmWait(t, time.Minute, "the user's job to run", func() bool { return jobState(t, s, user).State == "RUNNING" })
+	var busy string
+	for n := range jobState(t, s, user).GPUs {
+		busy = n
+	}
+	free := nodes[0]
+	if free == busy {
+		free = nodes[1]
+	}
+	inv, err := b.Inventory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var busyGPUs []string // every GPU of the busy node, the user's too
+	for _, d := range inv.Devices {
+		if gpu.SlurmNodeOf(d.UUID) == busy {
+			busyGPUs = append(busyGPUs, d.UUID)
+		}
+	}
+	g, _ := gpu.ParseSlurmUUID(busyGPUs[0])
+	for _, used := range jobState(t, s, user).GPUs[busy] {
+		for _, i := range used.Used {
+			g.Index = i
+			busyGPUs = append(busyGPUs, g.UUID())
+		}
+	}
+	lease := "lease" + randHex(4)
+	start := time.Now().Add(10 * time.Second)
+	_, err = ex.Reserve(ctx, lease, busyGPUs, start, start.Add(time.Hour))
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "busy") {
+		t.Fatalf("reserving node %s under a user's job: %v, want refused as busy", busy, err)
+	}
+	t.Logf("refusal: %v", err)
+	t.Cleanup(func() { ex.Release(ctx, lease) })
+	name, err := ex.Reserve(ctx, lease, by[free], start.Add(-time.Minute), start.Add(time.Hour))
+	if err != nil {
+		t.Fatalf("reserving the free node %s: %v", free, err)
+	}
+	if r, err := s.Reservation(ctx, name); err != nil || r == nil || r.State != "ACTIVE" || r.Nodes != free {
+		t.Errorf("reservation begun already: %+v, %v; want ACTIVE on %s", r, err, free)
+	}
+}

@@ -432,6 +432,9 @@ func TestPlanSlurm(t *testing.T) {
 	if _, err := PlanSlurm([]string{u("n1", "h100", 0), u("n1", "a100", 1)}); !errors.Is(err, ErrRefused) {
 		t.Errorf("mixed types: %v", err)
 	}
+	if _, err := PlanSlurm([]string{u("n1", "h100", 0), u("n1", "h100", 0)}); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "twice") {
+		t.Errorf("a GPU twice: %v", err)
+	}
 	if got := string(batchScript(Workload{LeaseID: "L", Command: []string{"echo", "it's $HOME"}})); !strings.Contains(got, `exec 'echo' 'it'\''s $HOME'`) {
 		t.Errorf("script %q", got)
 	}
