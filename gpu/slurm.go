@@ -514,7 +514,8 @@ func (b *SlurmBackend) marketOf(typ string) (string, uint64) {
 
 // Inventory implements Backend: one Device per gpu gres of every node
 // that can run jobs, less the GPUs the cluster's own users hold.
-// Drained, down and failing nodes sell nothing.
+// Drained, down and failing nodes, and nodes in another's active
+// reservation, sell nothing.
 func (b *SlurmBackend) Inventory() (*Inventory, error) {
 	ctx := context.Background()
 	nodes, err := b.cfg.Nodes(ctx)
@@ -540,9 +541,13 @@ func (b *SlurmBackend) Inventory() (*Inventory, error) {
 			}
 		}
 	}
+	reserved, err := b.reservedNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
 	inv := &Inventory{Backend: b.Name()}
 	for _, n := range nodes {
-		if !schedulable(n.State) {
+		if !schedulable(n.State) || reserved[n.Name] {
 			continue
 		}
 		if len(b.cfg.Partitions) > 0 && !slices.ContainsFunc(n.Partitions, func(p string) bool { return slices.Contains(b.cfg.Partitions, p) }) {
@@ -568,6 +573,32 @@ func (b *SlurmBackend) Inventory() (*Inventory, error) {
 		}
 	}
 	return inv, nil
+}
+
+// reservedNodes are the nodes in reservations active now that are not
+// this provider's (JobPrefix): a maintenance window or a group's
+// reservation, where a lease's job would only pend. Reserved cores
+// (CoreCnt) count as the whole node. Slurm 22.05's sinfo shows no
+// reservation in a node's state, so the reservations are read.
+func (b *SlurmBackend) reservedNodes(ctx context.Context) (map[string]bool, error) {
+	rs, err := b.cfg.Reservations(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, r := range rs {
+		if r.State != "ACTIVE" || b.cfg.JobPrefix != "" && strings.HasPrefix(r.Name, b.cfg.JobPrefix) || r.Nodes == "" || r.Nodes == "(null)" {
+			continue // ours, not begun, or of licenses only
+		}
+		names, err := b.cfg.Run(ctx, nil, "scontrol", "show", "hostnames", r.Nodes)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range strings.Fields(string(names)) {
+			out[n] = true
+		}
+	}
+	return out, nil
 }
 
 // schedulable says whether a node in this sinfo state takes new jobs.

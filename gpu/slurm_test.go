@@ -143,6 +143,44 @@ func TestSlurmInventory(t *testing.T) {
 	if len(inv.Devices) != n-3 {
 		t.Fatalf("with a cluster user's job on 3 GPUs and a lease's on 2: %d GPUs offered, want %d", len(inv.Devices), n-3)
 	}
+	if len(nodes) < 2 {
+		t.Fatalf("the cluster has one node; this test needs two (contrib/slurm/slurm-up.sh -n 2)")
+	}
+	// A reservation of the last node, begun: a maintenance window sells
+	// nothing, the provider's own reservation (its job prefix) does.
+	last := nodes[len(nodes)-1].name
+	offered := func() (k int) {
+		t.Helper()
+		inv, err := b.Inventory()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range inv.Devices {
+			if SlurmNodeOf(d.UUID) == last {
+				k++
+			}
+		}
+		return k
+	}
+	before := offered()
+	for _, c := range []struct {
+		name string
+		sold bool
+	}{{"suanli-lease.owner", true}, {"maint", false}} {
+		if _, err := s.Run(context.Background(), nil, "scontrol", "create", "reservation", "ReservationName="+c.name,
+			"StartTime=now", "Duration=10", "Users=root", "Nodes="+last, "Flags=IGNORE_JOBS"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Run(context.Background(), nil, "scontrol", "delete", "ReservationName="+c.name) })
+		got := offered()
+		s.Run(context.Background(), nil, "scontrol", "delete", "ReservationName="+c.name)
+		if want := map[bool]int{true: before, false: 0}[c.sold]; got != want {
+			t.Errorf("with reservation %s of %s: %d of its GPUs offered, want %d", c.name, last, got, want)
+		}
+	}
+	if got := offered(); got != before {
+		t.Errorf("after the reservations: %d GPUs of %s offered, want %d", got, last, before)
+	}
 }
 
 func waitSlurm(t *testing.T, ok func() bool) {
