@@ -33,8 +33,8 @@ func gpusByNode(t *testing.T, b *gpu.SlurmBackend) ([]string, map[string][]strin
 // TestSlurmMultiNodeLease: a lease of GPUs on two nodes runs as one
 // job over both, holding exactly the leased count on each: 2+2 as one
 // job with --gres per node, 3+1 as a heterogeneous job (one ID, one
-// scancel); srun in the job reaches every node with its own GPUs, and
-// the usage counts them all.
+// scancel); srun in the job reaches every node with its own GPUs, the
+// usage counts them all, and a restarted daemon adopts the job whole.
 func TestSlurmMultiNodeLease(t *testing.T) {
 	b, s := slurmCluster(t)
 	ex := testSlurm(t, s)
@@ -90,7 +90,22 @@ func TestSlurmMultiNodeLease(t *testing.T) {
 					t.Errorf("node %s: %q, want %d GPUs visible (output %q)", node, line, k, out.String())
 				}
 			}
-			if err := run.Stop(time.Second); err != nil {
+			// The daemon restarts: the job, every component of it, is
+			// adopted whole.
+			run.(Detacher).Detach()
+			<-run.Done()
+			restarted := &SlurmExecutor{Slurm: s, Owner: ex.Owner, SpotPartition: "spot", WorkRoot: ex.WorkRoot, Poll: ex.Poll}
+			if removed, err := restarted.Sweep(startCtx(t), func(string) bool { return true }); err != nil || len(removed) != 0 {
+				t.Fatalf("Sweep keeping every lease: %v, %v", removed, err)
+			}
+			adopted, err := restarted.Adopt(startCtx(t), Workload{LeaseID: run.(*slurmRun).w.LeaseID}, run.Info().Handle)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if u := adopted.(Meter).Usage(); u.GPUs != c.k1+c.k2 || len(u.Nodes) != 2 {
+				t.Errorf("adopted usage %+v, want %d GPUs on 2 nodes", u, c.k1+c.k2)
+			}
+			if err := adopted.Stop(time.Second); err != nil {
 				t.Fatal(err)
 			}
 			for _, j := range jobsOf(t, s, run.Info().Handle) {
