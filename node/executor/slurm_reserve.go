@@ -63,7 +63,8 @@ func (s *SlurmExecutor) leaseOfReservation(name string) (string, bool) {
 // refuses TRES=gres/gpu in a reservation ("TRES type 'gres/gpu' not
 // supported with reservations"), with or without slurmdbd. So a block of
 // every GPU of its nodes becomes a reservation of those nodes; a block
-// of part of a node is ErrNoReservation. A node with jobs running into
+// of part of a node is ErrNoReservation, as is every block when the
+// daemon's user is not a Slurm operator. A node with jobs running into
 // the block is refused by Slurm ("Requested nodes are busy").
 func (s *SlurmExecutor) Reserve(ctx context.Context, leaseID string, gpus []string, start, end time.Time) (string, error) {
 	if s.Owner == "" || leaseID == "" || strings.ContainsAny(s.Owner+leaseID, " \t\n\"'=.,") {
@@ -113,9 +114,23 @@ func (s *SlurmExecutor) Reserve(ctx context.Context, leaseID string, gpus []stri
 		"StartTime="+startArg, "EndTime="+gpu.SlurmTime(end.Add(time.Second-1)), "Users="+u.Username,
 		"Nodes="+strings.Join(plan.Nodes, ","))
 	if err != nil {
-		return "", fmt.Errorf("%w: slurm executor: %v", ErrRefused, err)
+		return "", reserveErr(err)
 	}
 	return name, nil
+}
+
+// reserveErr is how a failed scontrol create reservation refuses: only
+// Slurm's operators (root, SlurmUser, or AdminLevel=Operator through
+// slurmdbd) may make reservations, and a daemon that may not holds every
+// block in its book alone (ErrNoReservation) rather than refuse them all;
+// anything else (nodes busy over the block) refuses the trade.
+func reserveErr(err error) error {
+	// slurmctld answers a non-operator "Invalid user id" (and logs a
+	// security violation); "Access/permission denied" in other versions.
+	if msg := err.Error(); strings.Contains(msg, "Invalid user id") || strings.Contains(msg, "Access/permission denied") {
+		return fmt.Errorf("%w: the daemon's user may not create Slurm reservations (operators only): %v", ErrNoReservation, err)
+	}
+	return fmt.Errorf("%w: slurm executor: %v", ErrRefused, err)
 }
 
 // Release implements Reserver: scontrol delete reservation.

@@ -214,3 +214,18 @@ func TestSlurmReserveBusy(t *testing.T) {
 		t.Errorf("reservation begun already: %+v, %v; want ACTIVE on %s", r, err, free)
 	}
 }
+
+func TestReserveErr(t *testing.T) {
+	// What Slurm 22.05 answers uid nobody (checked by hand: scontrol as
+	// nobody over this cluster's munge).
+	for _, msg := range []string{"Invalid user id", "Access/permission denied"} {
+		denied := reserveErr(errors.New("slurm command failed: scontrol: Error creating the reservation: " + msg))
+		if !errors.Is(denied, ErrNoReservation) || errors.Is(denied, ErrRefused) {
+			t.Errorf("a daemon that may not reserve: %v, want ErrNoReservation", denied)
+		}
+	}
+	busy := reserveErr(errors.New("slurm command failed: scontrol: Error creating the reservation: Requested nodes are busy"))
+	if !errors.Is(busy, ErrRefused) || errors.Is(busy, ErrNoReservation) {
+		t.Errorf("nodes busy: %v, want refused", busy)
+	}
+}
