@@ -113,7 +113,7 @@ func (n *Node) creditLeases(buyer peer.ID, currency, except string, add func(*ma
 // newProvider makes the provider's side; a buyer's publishes nothing.
 func (n *Node) newProvider() {
 	n.prov = provider.New(provider.Config{
-		Self: n.host.ID(), Key: n.key, GPUs: n.gpus, NoGPU: n.noGPU, Store: n.store, DHT: n.dht, Now: n.now, Log: n.log,
+		Self: n.host.ID(), Key: n.key, GPUs: n.gpus, NoGPU: n.noGPU, Store: n.store, DHT: n.dht, Clock: provider.SystemClock(n.now), Log: n.log,
 		Published: n.metrics.published,
 		Telemetry: func(at time.Time, tel []gpu.Telemetry) { n.metrics.observe(tel); n.telHist.Add(at, tel) },
 		OfferTTL:  n.offerTTL, Region: n.region, Price: n.price, Schedule: n.schedule, ScheduleOffset: n.scheduleOffset,
@@ -132,7 +132,7 @@ func (n *Node) newProvider() {
 			},
 		},
 	})
-	n.standing = provider.NewStanding(standingOrders{n}, n.now, n.log)
+	n.standing = provider.NewStanding(standingOrders{n}, provider.SystemClock(n.now), n.log)
 }
 
 // run is the node's background life: join the network, then (as a

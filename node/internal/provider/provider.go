@@ -71,6 +71,28 @@ type Hooks struct {
 	JoinMarket func(ctx context.Context, mkt string) error
 }
 
+// Clock is the provider's time: Now for offer times and deadlines, After
+// for the waits of its loops. SystemClock is the real one.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+// SystemClock is a Clock reading now (time.Now when nil) and waiting on
+// real timers.
+type SystemClock func() time.Time
+
+// Now implements Clock.
+func (c SystemClock) Now() time.Time {
+	if c == nil {
+		return time.Now()
+	}
+	return c()
+}
+
+// After implements Clock.
+func (SystemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
 // Config is a Provider's dependencies and settings.
 type Config struct {
 	Self  peer.ID
@@ -79,7 +101,7 @@ type Config struct {
 	NoGPU error          // why GPUs is nil
 	Store Store
 	DHT   DHT
-	Now   func() time.Time
+	Clock Clock // nil: SystemClock(nil)
 	Log   *slog.Logger
 	// Published counts the offers published (optional).
 	Published prometheus.Counter
@@ -113,8 +135,8 @@ func New(cfg Config) *Provider {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = SystemClock(nil)
 	}
 	return &Provider{cfg: cfg, republish: make(chan struct{}, 1)}
 }
@@ -146,14 +168,13 @@ func (p *Provider) Run(ctx context.Context, peerUp <-chan struct{}) {
 			backoff = time.Second
 		}
 		failing := err != nil
-		timer := time.NewTimer(wait)
-		due := time.Now().Add(wait)
+		fire := p.cfg.Clock.After(wait)
+		due := p.cfg.Clock.Now().Add(wait)
 		for waiting := true; waiting; {
 			select {
 			case <-ctx.Done():
-				timer.Stop()
 				return
-			case <-timer.C:
+			case <-fire:
 				waiting = false
 			case <-p.republish: // a lease took or freed GPUs (capacity.go)
 				waiting = false
@@ -162,25 +183,22 @@ func (p *Provider) Run(ctx context.Context, peerUp <-chan struct{}) {
 				// peer (a moment for the routing table to fill, so the
 				// record does not land on the first peer only); once
 				// published, a new peer changes nothing.
-				if failing && time.Until(due) > time.Second {
-					timer.Reset(time.Second)
-					due, backoff = time.Now().Add(time.Second), time.Second
+				if now := p.cfg.Clock.Now(); failing && due.Sub(now) > time.Second {
+					fire = p.cfg.Clock.After(time.Second)
+					due, backoff = now.Add(time.Second), time.Second
 				}
 			}
 		}
-		timer.Stop()
 	}
 }
 
 // SampleTelemetry reads the GPUs' telemetry every TelemetryInterval and
 // hands it to Config.Telemetry, until ctx ends.
 func (p *Provider) SampleTelemetry(ctx context.Context) {
-	t := time.NewTicker(TelemetryInterval)
-	defer t.Stop()
 	for {
 		if tel, err := p.cfg.GPUs.Telemetry(); err == nil {
 			if p.cfg.Telemetry != nil {
-				p.cfg.Telemetry(p.cfg.Now(), tel)
+				p.cfg.Telemetry(p.cfg.Clock.Now(), tel)
 			}
 		} else {
 			p.cfg.Log.Debug("telemetry failed", "err", err)
@@ -188,7 +206,7 @@ func (p *Provider) SampleTelemetry(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-p.cfg.Clock.After(TelemetryInterval):
 		}
 	}
 }
@@ -248,7 +266,7 @@ func (p *Provider) buildOffer() (*proto.Offer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: inventory: %w", err)
 	}
-	now := p.cfg.Now()
+	now := p.cfg.Clock.Now()
 	// Seq never goes back, even if the store was lost: at least the clock.
 	seq, err := p.cfg.Store.NextOfferSeq(uint64(now.UnixMilli()))
 	if err != nil {

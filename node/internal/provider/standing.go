@@ -52,7 +52,7 @@ type Orders interface {
 // Its lock, mu, is a leaf: Orders is never called with it held.
 type Standing struct {
 	orders Orders
-	now    func() time.Time
+	clock  Clock
 	log    *slog.Logger
 	wake   chan struct{}
 
@@ -68,12 +68,15 @@ type standingAsk struct {
 }
 
 // NewStanding makes the standing asks of a node placing orders through
-// orders, its clock now.
-func NewStanding(orders Orders, now func() time.Time, log *slog.Logger) *Standing {
+// orders, on clock (nil: SystemClock(nil)).
+func NewStanding(orders Orders, clock Clock, log *slog.Logger) *Standing {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Standing{orders: orders, now: now, log: log, wake: make(chan struct{}, 1), asks: map[string]*standingAsk{}}
+	if clock == nil {
+		clock = SystemClock(nil)
+	}
+	return &Standing{orders: orders, clock: clock, log: log, wake: make(chan struct{}, 1), asks: map[string]*standingAsk{}}
 }
 
 // Poke wakes Run: GPUs may have been freed. It never blocks.
@@ -111,14 +114,12 @@ func (s *Standing) Stand(id string, req api.OrderRequest) {
 // Run re-lists freed GPUs for the standing asks, on a Poke or every
 // ReplenishEvery, until ctx ends.
 func (s *Standing) Run(ctx context.Context) {
-	t := time.NewTicker(ReplenishEvery)
-	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.wake:
-		case <-t.C:
+		case <-s.clock.After(ReplenishEvery):
 		}
 		s.Replenish(ctx)
 	}
@@ -148,7 +149,7 @@ func (s *Standing) replenishOne(ctx context.Context, sa *standingAsk) {
 	orders := append([]string(nil), sa.orders...)
 	req := sa.req
 	s.mu.Unlock()
-	now := s.now()
+	now := s.clock.Now()
 	live := uint32(0)
 	over := map[string]bool{} // orders that no longer count: done, their leases closed
 	for _, id := range orders {
