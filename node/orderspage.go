@@ -8,8 +8,6 @@ import (
 	"github.com/suanli/suanli/node/api"
 )
 
-var _ api.DashboardAPI = (*Node)(nil)
-
 // Dashboard page sizes of OrdersPage.
 const (
 	defaultPageSize = 50

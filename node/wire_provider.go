@@ -15,6 +15,7 @@ import (
 	"github.com/suanli/suanli/node/internal/exchange"
 	"github.com/suanli/suanli/node/internal/history"
 	"github.com/suanli/suanli/node/internal/provider"
+	"github.com/suanli/suanli/node/internal/store"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -23,6 +24,16 @@ import (
 // and standing asks (internal/provider), the credit policy
 // (internal/credit), and the dashboard's history (internal/history).
 // What the rest of the node calls keeps its name here, one line each.
+
+// What the provider's packages are given, checked at compile time.
+var (
+	_ provider.Store   = (*store.Store)(nil)
+	_ provider.DHT     = (*p2p.DHT)(nil)
+	_ provider.Orders  = standingOrders{}
+	_ credit.Payments  = nodePayments{}
+	_ history.Store    = (*store.Store)(nil)
+	_ api.DashboardAPI = (*Node)(nil)
+)
 
 // Default lease terms a provider offers (provider.DefaultMinLease).
 const (
