@@ -259,7 +259,7 @@ func (n *Node) StandingAsks() []api.StandingAskView { return n.standing.List() }
 // (provider.Orders): its API for orders and leases, and its own orders.
 type standingOrders struct{ *Node }
 
-func (s standingOrders) FreeGPUs(mkt string) ([]string, error) { return s.freeGPUs(mkt) }
+func (s standingOrders) FreeGPUs(mkt string) ([]string, error) { return s.prov.FreeGPUs(mkt) }
 
 // MarkStanding records that order was placed for the standing ask standing.
 func (s standingOrders) MarkStanding(order, standing string) {

@@ -55,3 +55,27 @@ func (p *Provider) FreeGPUsFor(mkt string, from, end time.Time) ([]string, error
 	}
 	return market.FreeIn(offer, mkt, busy), nil
 }
+
+// FreeGPUs lists this provider's GPUs in mkt that no lease holds now: no
+// current hold, no forward block under way.
+func (p *Provider) FreeGPUs(mkt string) ([]string, error) {
+	offer := p.Published()
+	if offer == nil {
+		return nil, fmt.Errorf("%w: %v", api.ErrNoGPUs, errNoOffer)
+	}
+	busy, err := p.cfg.Store.ReservedGPUs(p.cfg.Clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	return market.FreeIn(offer, mkt, busy), nil
+}
+
+// FreeFor lists the GPUs in mkt free for a lease over [start, end): the
+// ones free now (FreeGPUs) when it starts by now, else the ones free over
+// its whole span (FreeGPUsFor).
+func (p *Provider) FreeFor(mkt string, start, end, now time.Time) ([]string, error) {
+	if start.After(now) {
+		return p.FreeGPUsFor(mkt, start, end)
+	}
+	return p.FreeGPUs(mkt)
+}

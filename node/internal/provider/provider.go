@@ -41,6 +41,7 @@ type Store interface {
 	GPUHolds(now time.Time) (map[string]store.Hold, error)
 	GetLease(id string) (*proto.Lease, error)
 	BusyBetween(from, end time.Time) (map[string]bool, error)
+	ReservedGPUs(now time.Time) (map[string]bool, error)
 }
 
 // DHT publishes a sealed offer under the markets it serves. *p2p.DHT

@@ -283,6 +283,20 @@ func TestCalendar(t *testing.T) {
 			t.Errorf("free over [%s, %s) = %d GPUs, %v; want %d", c.from.Sub(t0), c.end.Sub(t0), len(free), err, c.free)
 		}
 	}
+	// Now, the block is ahead: every GPU is free but one a lease holds now.
+	held := o.Gpus[1].Uuid
+	if err := r.store.ReserveGPUs([]string{held}, "lease-now", t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if free, err := r.p.FreeGPUs(mkt); err != nil || len(free) != 7 || slices.Contains(free, held) {
+		t.Errorf("free now = %v, %v; want 7, not %s", free, err, held)
+	}
+	if free, err := r.p.FreeFor(mkt, t0, t0.Add(time.Hour), t0); err != nil || len(free) != 7 {
+		t.Errorf("FreeFor a lease starting now = %d, %v; want 7", len(free), err)
+	}
+	if free, err := r.p.FreeFor(mkt, from, end, t0); err != nil || len(free) != 7 || slices.Contains(free, blocked) {
+		t.Errorf("FreeFor the block's span = %v, %v; want 7, not %s", free, err, blocked)
+	}
 	if free, _ := r.p.FreeGPUsFor("nvidia-h100-sxm5-80gb", t0, from); len(free) != 0 {
 		t.Errorf("another market: %d free", len(free))
 	}
