@@ -72,13 +72,11 @@ func BenchmarkCreditOf(b *testing.B) {
 			want := int64(8*(80_000+80_000) - 50*10_000)
 			for b.Loop() {
 				if !c.cached {
-					n.credit.paid.mu.Lock()
-					delete(n.credit.paid.byBuyer, buyer)
-					n.credit.paid.mu.Unlock()
+					n.credit.Paid(buyer) // forgets the cached payments
 				}
-				cr, err := n.creditOf(buyer, "USD", now, nil)
+				cr, err := n.credit.Of(buyer, "USD", now, "")
 				if err != nil || cr.Unpaid() != want {
-					b.Fatalf("creditOf = %+v (unpaid %d), %v; want unpaid %d", cr, cr.Unpaid(), err, want)
+					b.Fatalf("Of = %+v (unpaid %d), %v; want unpaid %d", cr, cr.Unpaid(), err, want)
 				}
 			}
 		})

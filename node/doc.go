@@ -31,6 +31,14 @@
 //   - node/internal/trade: the take protocol's state machine: each take
 //     answered once (a replay gets the first answer), only while fresh,
 //     and the GPUs of own orders in takes in flight.
+//   - node/internal/provider: the provider's side: its offer (built from
+//     the inventory, sealed, published and republished), the free
+//     capacity and calendar it shows, and standing asks. Reached through
+//     wire_provider.go.
+//   - node/internal/credit: the credit policy, the most a buyer may owe
+//     the provider unpaid, growing with what it paid.
+//   - node/internal/history: the price history of the fills applied, the
+//     GPUs' recent telemetry and the markets' summary the dashboard reads.
 //   - node/internal/store: the Badger datastore and every key in it;
 //     node/internal/repofile: the repo's shared files and lock;
 //     node/internal/httpapi: the local API server.
@@ -53,7 +61,12 @@
 //	tradeMu → the books lock (exchange.Books) → ownMu, trade.Inflight
 //
 // ownMu, inflight's and answers' locks (package trade) are leaves: held,
-// they call nothing and lock nothing. The books lock is never held across
+// they call nothing and lock nothing. So are the provider's side's (its
+// offer's, its standing asks', the credit policy's payment cache and the
+// telemetry ring): each is taken and released without a call out, and
+// the credit policy visits the leases, each under its own lock, with none
+// of its own held. A provider's Publish runs one at a time (its publish
+// lock) and holds it across the DHT, never with another lock. The books lock is never held across
 // a store write (the price history is written after it, in filled).
 // TestOrderViewWhileFillsApply and TestInflightEndsWithItsFill hold the
 // order to this.
