@@ -221,7 +221,7 @@ func (p *Provider) Publish(ctx context.Context) error {
 	}
 	p.publishMu.Lock()
 	defer p.publishMu.Unlock()
-	o, err := p.buildOffer()
+	o, err := p.buildOffer(ctx)
 	if err != nil {
 		return err
 	}
@@ -262,7 +262,7 @@ func (p *Provider) Publish(ctx context.Context) error {
 	return nil
 }
 
-func (p *Provider) buildOffer() (*proto.Offer, error) {
+func (p *Provider) buildOffer(ctx context.Context) (*proto.Offer, error) {
 	inv, err := p.cfg.GPUs.Inventory()
 	if err != nil {
 		return nil, fmt.Errorf("node: inventory: %w", err)
@@ -322,6 +322,18 @@ func (p *Provider) buildOffer() (*proto.Offer, error) {
 			PciBusId: d.PCIBusID, ComputeCapability: d.ComputeCapability, Architecture: d.Architecture,
 			Serial: d.Serial, PowerLimitMw: d.PowerLimitMilliwatts, Ecc: d.ECC, MigEnabled: d.MIGEnabled,
 		})
+	}
+	if sb, ok := p.cfg.GPUs.(*gpu.SlurmBackend); ok {
+		// A cluster's scheduler places the leases: the offer says so,
+		// with each GPU's node and how many nodes one lease may span.
+		f, err := sb.Facts(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("node: slurm facts: %w", err)
+		}
+		o.Scheduler, o.MaxNodes, o.Host.SchedulerVersion = f.Scheduler, uint32(max(f.MaxNodes, 1)), f.Version
+		for _, g := range o.Gpus {
+			g.Node = gpu.SlurmNodeOf(g.Uuid)
+		}
 	}
 	if err := p.MarkLeased(o.Gpus, now); err != nil {
 		return nil, err
