@@ -288,7 +288,7 @@ type Node struct {
 	ownMu           sync.Mutex
 	own             map[string]*ownOrder
 	attest          *attestor.Attestor   // see attest.go
-	leases          *leaseManager        // see lease.go
+	leases          *leaseTable          // the lease runtime (wire_lease.go)
 	perGPU          perGPU               // what each GPU is sold with (see WithResourcesPerGPU)
 	preemptNotice   time.Duration        // spot leases' notice before preemption
 	chargeIncrement time.Duration        // the unit leases charge GPU time in (see WithBillingIncrement)
@@ -301,7 +301,6 @@ type Node struct {
 	republish chan struct{}    // capacity changed: publish now (see capacity.go)
 	credit    creditPolicy     // see credit.go
 	standing  standingAsks     // see replenish.go
-	logs      leaseLogs        // stored workload output under its cap (logs.go)
 
 	// hostInjected: the caller gave the host (WithHost) and closes it.
 	hostInjected bool
@@ -359,7 +358,6 @@ func New(opts ...Option) (_ *Node, err error) {
 		log:       o.logger.With("node", filepath.Base(o.repo)),
 		own:       map[string]*ownOrder{},
 		republish: make(chan struct{}, 1),
-		logs:      leaseLogs{limit: o.logCap, used: map[string]int64{}},
 	}
 	if o.preemptMargin != nil {
 		n.preemptMargin = *o.preemptMargin
