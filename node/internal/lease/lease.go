@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -1071,7 +1070,11 @@ func (m *Manager) sendOwedClose(r *Run) {
 	}
 	r.closeTried, r.closeWait = now, min(max(2*r.closeWait, closeResendFirst), closeResendMax)
 	r.mu.Unlock()
-	b, _ := json.Marshal(c)
+	b, err := SealClose(m.key, *c, now)
+	if err != nil {
+		m.log.Error("sealing a close notice failed", "lease", r.id, "err", err)
+		return
+	}
 	ctx, cancel := context.WithTimeout(m.ctx, p2p.ReceiptTimeout)
 	kind, body, err := p2p.SendReceiptMessage(ctx, m.host, r.peer, p2p.FrameClose, b)
 	cancel()
@@ -1103,9 +1106,12 @@ func (m *Manager) rejectClose(reason string, err error) error {
 // against the lease's parties, type and terms, then the lease ended at
 // the notice's time, or, closed here already, the two closes agreed.
 func (m *Manager) takeClose(from peer.ID, body []byte) error {
-	var c leases.CloseNotice
-	if err := json.Unmarshal(body, &c); err != nil {
-		return m.rejectClose("malformed", fmt.Errorf("close notice: %v", err))
+	c, signer, err := openClose(body)
+	if err != nil {
+		return m.rejectClose(closeRejectReason(err), err)
+	}
+	if signer != from {
+		return m.rejectClose("wrong-signer", fmt.Errorf("%w: close notice signed by %s, sent by %s", p2p.ErrSigner, signer, from))
 	}
 	m.mu.Lock()
 	r := m.runs[c.Lease]

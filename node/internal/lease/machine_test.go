@@ -221,8 +221,13 @@ func (p *party) bill(t testing.TB, r *Run) []byte {
 	return sr.Receipt
 }
 
-func closeNotice(id string, reason market.CloseReason, at time.Time) []byte {
-	b, _ := json.Marshal(leases.CloseNotice{Lease: id, Reason: reason, AtMs: at.UnixMilli()})
+// closeNotice is p's signed notice that it closed lease id.
+func closeNotice(t testing.TB, p *party, id string, reason market.CloseReason, at time.Time) []byte {
+	t.Helper()
+	b, err := SealClose(p.key, leases.CloseNotice{Lease: id, Reason: reason, AtMs: at.UnixMilli()}, p.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
 	return b
 }
 
@@ -336,60 +341,77 @@ func TestReceiptProtocolStates(t *testing.T) {
 			want{answer: p2p.FrameRefuse, reject: "receipt/", state: market.LeaseRunning}},
 		{"close/provider/running/buyer", market.RoleProvider, proto.LeaseType_LEASE_TYPE_ON_DEMAND, running,
 			func(t *testing.T, e env) (*party, byte, []byte) {
-				return e.buyer, p2p.FrameClose, closeNotice(e.lt.Id, market.CloseBuyer, t0.Add(10*time.Second))
+				return e.buyer, p2p.FrameClose, closeNotice(t, e.buyer, e.lt.Id, market.CloseBuyer, t0.Add(10*time.Second))
 			},
 			want{answer: p2p.FrameOK, state: market.LeaseClosed, reason: market.CloseBuyer}},
 		{"close/provider/running/not-its-reason", market.RoleProvider, proto.LeaseType_LEASE_TYPE_ON_DEMAND, running,
 			func(t *testing.T, e env) (*party, byte, []byte) {
-				return e.buyer, p2p.FrameClose, closeNotice(e.lt.Id, market.CloseUnpaid, t0.Add(10*time.Second))
+				return e.buyer, p2p.FrameClose, closeNotice(t, e.buyer, e.lt.Id, market.CloseUnpaid, t0.Add(10*time.Second))
 			},
 			want{answer: p2p.FrameRefuse, reject: "close/reason", state: market.LeaseRunning}},
 		{"close/provider/running/reserved-early", market.RoleProvider, proto.LeaseType_LEASE_TYPE_RESERVED, running,
 			func(t *testing.T, e env) (*party, byte, []byte) {
-				return e.buyer, p2p.FrameClose, closeNotice(e.lt.Id, market.CloseBuyer, t0.Add(10*time.Second))
+				return e.buyer, p2p.FrameClose, closeNotice(t, e.buyer, e.lt.Id, market.CloseBuyer, t0.Add(10*time.Second))
 			},
 			want{answer: p2p.FrameRefuse, reject: "close/early-close", state: market.LeaseRunning}},
 		{"close/provider/running/malformed", market.RoleProvider, proto.LeaseType_LEASE_TYPE_ON_DEMAND, running,
 			func(t *testing.T, e env) (*party, byte, []byte) { return e.buyer, p2p.FrameClose, []byte("{not json") },
+			want{answer: p2p.FrameRefuse, reject: "close/bad-envelope", state: market.LeaseRunning}},
+		{"close/provider/running/unsigned", market.RoleProvider, proto.LeaseType_LEASE_TYPE_ON_DEMAND, running,
+			func(t *testing.T, e env) (*party, byte, []byte) {
+				b, _ := json.Marshal(leases.CloseNotice{Lease: e.lt.Id, Reason: market.CloseBuyer, AtMs: t0.Add(10 * time.Second).UnixMilli()})
+				return e.buyer, p2p.FrameClose, b
+			},
+			want{answer: p2p.FrameRefuse, reject: "close/bad-envelope", state: market.LeaseRunning}},
+		{"close/provider/running/forged", market.RoleProvider, proto.LeaseType_LEASE_TYPE_ON_DEMAND, running,
+			func(t *testing.T, e env) (*party, byte, []byte) {
+				// The stranger signs the notice; the buyer's stream carries it.
+				return e.buyer, p2p.FrameClose, closeNotice(t, e.stranger, e.lt.Id, market.CloseBuyer, t0.Add(10*time.Second))
+			},
+			want{answer: p2p.FrameRefuse, reject: "close/wrong-signer", state: market.LeaseRunning}},
+		{"close/provider/running/no-reason", market.RoleProvider, proto.LeaseType_LEASE_TYPE_ON_DEMAND, running,
+			func(t *testing.T, e env) (*party, byte, []byte) {
+				return e.buyer, p2p.FrameClose, closeNotice(t, e.buyer, e.lt.Id, 0, t0.Add(10*time.Second))
+			},
 			want{answer: p2p.FrameRefuse, reject: "close/malformed", state: market.LeaseRunning}},
 		{"close/provider/running/stranger", market.RoleProvider, proto.LeaseType_LEASE_TYPE_ON_DEMAND, running,
 			func(t *testing.T, e env) (*party, byte, []byte) {
-				return e.stranger, p2p.FrameClose, closeNotice(e.lt.Id, market.CloseBuyer, t0.Add(10*time.Second))
+				return e.stranger, p2p.FrameClose, closeNotice(t, e.stranger, e.lt.Id, market.CloseBuyer, t0.Add(10*time.Second))
 			},
 			want{answer: p2p.FrameRefuse, reject: "close/unknown-lease", state: market.LeaseRunning}},
 		{"close/provider/starting", market.RoleProvider, proto.LeaseType_LEASE_TYPE_ON_DEMAND, starting,
 			func(t *testing.T, e env) (*party, byte, []byte) {
-				return e.buyer, p2p.FrameClose, closeNotice(e.lt.Id, market.CloseBuyer, t0.Add(10*time.Second))
+				return e.buyer, p2p.FrameClose, closeNotice(t, e.buyer, e.lt.Id, market.CloseBuyer, t0.Add(10*time.Second))
 			},
 			want{answer: p2p.FrameRefuse, reject: "close/out-of-turn", state: market.LeaseStarting}},
 		{"close/buyer/running/provider", market.RoleBuyer, proto.LeaseType_LEASE_TYPE_ON_DEMAND, running,
 			func(t *testing.T, e env) (*party, byte, []byte) {
-				return e.prov, p2p.FrameClose, closeNotice(e.lt.Id, market.CloseProvider, t0.Add(10*time.Second))
+				return e.prov, p2p.FrameClose, closeNotice(t, e.prov, e.lt.Id, market.CloseProvider, t0.Add(10*time.Second))
 			},
 			want{answer: p2p.FrameOK, state: market.LeaseClosed, reason: market.CloseProvider}},
 		{"close/buyer/running/completed-early", market.RoleBuyer, proto.LeaseType_LEASE_TYPE_ON_DEMAND, running,
 			func(t *testing.T, e env) (*party, byte, []byte) {
-				return e.prov, p2p.FrameClose, closeNotice(e.lt.Id, market.CloseCompleted, t0.Add(10*time.Second))
+				return e.prov, p2p.FrameClose, closeNotice(t, e.prov, e.lt.Id, market.CloseCompleted, t0.Add(10*time.Second))
 			},
 			want{answer: p2p.FrameRefuse, reject: "close/out-of-turn", state: market.LeaseRunning}},
 		{"close/buyer/running/preempted-on-demand", market.RoleBuyer, proto.LeaseType_LEASE_TYPE_ON_DEMAND, running,
 			func(t *testing.T, e env) (*party, byte, []byte) {
-				return e.prov, p2p.FrameClose, closeNotice(e.lt.Id, market.ClosePreempted, t0.Add(10*time.Second))
+				return e.prov, p2p.FrameClose, closeNotice(t, e.prov, e.lt.Id, market.ClosePreempted, t0.Add(10*time.Second))
 			},
 			want{answer: p2p.FrameRefuse, reject: "close/out-of-turn", state: market.LeaseRunning}},
 		{"close/buyer/running/resold-not-reserved", market.RoleBuyer, proto.LeaseType_LEASE_TYPE_ON_DEMAND, running,
 			func(t *testing.T, e env) (*party, byte, []byte) {
-				return e.prov, p2p.FrameClose, closeNotice(e.lt.Id, market.CloseResold, t0.Add(10*time.Second))
+				return e.prov, p2p.FrameClose, closeNotice(t, e.prov, e.lt.Id, market.CloseResold, t0.Add(10*time.Second))
 			},
 			want{answer: p2p.FrameRefuse, reject: "close/out-of-turn", state: market.LeaseRunning}},
 		{"close/buyer/running/buyer's-reason", market.RoleBuyer, proto.LeaseType_LEASE_TYPE_ON_DEMAND, running,
 			func(t *testing.T, e env) (*party, byte, []byte) {
-				return e.prov, p2p.FrameClose, closeNotice(e.lt.Id, market.CloseBuyer, t0.Add(10*time.Second))
+				return e.prov, p2p.FrameClose, closeNotice(t, e.prov, e.lt.Id, market.CloseBuyer, t0.Add(10*time.Second))
 			},
 			want{answer: p2p.FrameRefuse, reject: "close/reason", state: market.LeaseRunning}},
 		{"close/buyer/closed/earlier-agreed", market.RoleBuyer, proto.LeaseType_LEASE_TYPE_ON_DEMAND, closed,
 			func(t *testing.T, e env) (*party, byte, []byte) {
-				return e.prov, p2p.FrameClose, closeNotice(e.lt.Id, market.CloseProvider, t0.Add(10*time.Second))
+				return e.prov, p2p.FrameClose, closeNotice(t, e.prov, e.lt.Id, market.CloseProvider, t0.Add(10*time.Second))
 			},
 			want{answer: p2p.FrameOK, state: market.LeaseClosed, reason: market.CloseProvider, check: func(t *testing.T, _ env, r *Run) {
 				if !r.ml.ClosedAt.Equal(t0.Add(10 * time.Second)) {
@@ -398,7 +420,7 @@ func TestReceiptProtocolStates(t *testing.T) {
 			}}},
 		{"close/buyer/closed/later-ours-stands", market.RoleBuyer, proto.LeaseType_LEASE_TYPE_ON_DEMAND, closed,
 			func(t *testing.T, e env) (*party, byte, []byte) {
-				return e.prov, p2p.FrameClose, closeNotice(e.lt.Id, market.CloseProvider, t0.Add(50*time.Second))
+				return e.prov, p2p.FrameClose, closeNotice(t, e.prov, e.lt.Id, market.CloseProvider, t0.Add(50*time.Second))
 			},
 			want{answer: p2p.FrameOK, state: market.LeaseClosed, reason: market.CloseBuyer}},
 		{"preemption/buyer/running/hook", market.RoleBuyer, proto.LeaseType_LEASE_TYPE_SPOT, running,
