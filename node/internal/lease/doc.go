@@ -29,7 +29,8 @@
 // # The lease protocol
 //
 // /suanli/receipt/1.0.0 carries one framed message and one answer per
-// stream. States are market.LeaseState (starting, running, closed; a
+// stream. A close notice is a proto.CloseNotice sealed by the party that
+// ended the lease (SealClose), like receipts and countersignatures. States are market.LeaseState (starting, running, closed; a
 // closed lease shows as ending while its workload stops); "owed" is a
 // close notice this side still has to deliver (leases.Record.CloseOwed).
 // Each row is a state and a message coming in, and what each side does;
@@ -53,7 +54,12 @@
 //	                                  the notice's time, receipts past it
 //	                                  dropped (never countersigned)
 //	running   close, not its reason   refused (close, reason)                  refused (close, reason)
-//	running   close, malformed        refused (close, malformed)               same
+//	any       close, unsigned or not  refused (close, bad-envelope or          same
+//	          an envelope             too-large)
+//	any       close signed by another refused (close, wrong-signer): the       same
+//	          than the sender         stream's peer, the envelope's signer and
+//	                                  the notice's signer must be one party
+//	any       close, bad fields       refused (close, malformed)               same
 //	running   preemption (N)          refused: not the buyer                   checked (market.CheckPreemption), ends then
 //	starting  close                   refused (close, out-of-turn)             same
 //	closed    receipt                 -                                        taken for windows up to the close, else
