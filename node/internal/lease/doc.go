@@ -38,13 +38,16 @@
 // suanli_validation_rejects_total{kind,reason}.
 //
 //	state     message in              provider                                 buyer
-//	any       receipt (R)             refused (receipt, lease): not the buyer  -
+//	any       receipt (R)             refused (receipt, receipt-lease): it is  -
+//	                                  not the buyer
 //	running   receipt                 -                                        checked (signer, chain, window, amount),
 //	                                                                           countersigned if vouched
 //	                                                                           (market.VouchWindow), else kept, refused
 //	                                                                           (receipt, not-running)
 //	running   receipt, same seq       -                                        same hash: the same answer; another:
 //	                                                                           evidence stored, refused (equivocation)
+//	starting  receipt                 -                                        as running (a buyer's lease starts with
+//	                                                                           its fill: FromFill, replayLease)
 //	running   countersign (answer)    checked (signer is the buyer, hash,      -
 //	                                  seq), stored, chain advances; else
 //	                                  refused (countersign, reason)
@@ -63,7 +66,7 @@
 //	running   preemption (N)          refused: not the buyer                   checked (market.CheckPreemption), ends then
 //	starting  close                   refused (close, out-of-turn)             same
 //	closed    receipt                 -                                        taken for windows up to the close, else
-//	                                                                           refused (market.Lease.AddReceipt)
+//	                                                                           refused (receipt, receipt-window)
 //	closed    close                   AgreeClose(own, theirs): the earlier;    same
 //	                                  own refused by them: theirs
 //	closed    owed                    re-sent until FrameOK or FrameRefuse,    same
@@ -72,7 +75,7 @@
 //	any       unknown lease or peer   refused (close, unknown-lease)           same
 //	any       payment (P)             the settlement ledger's (Hooks)          same
 //	any       handover, premium       resale's (Hooks)                         same
-//	any       unknown frame kind      refused                                  same
+//	any       unknown frame kind      refused (frame, unknown-kind)            same
 //
 // The provider's own transitions, at each step of its loop: running →
 // closed when the preemption notice's time comes (preempted), at the

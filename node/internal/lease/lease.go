@@ -896,6 +896,7 @@ func (m *Manager) handleReceiptMsg(from peer.ID, kind byte, body []byte) (byte, 
 	case p2p.FramePremium:
 		err = m.hooks.TakePremium(from, body)
 	default:
+		m.metrics.Reject("frame", "unknown-kind")
 		err = fmt.Errorf("unknown message kind %q", kind)
 	}
 	if err != nil {

@@ -333,12 +333,12 @@ func TestReceiptProtocolStates(t *testing.T) {
 			func(t *testing.T, e env) (*party, byte, []byte) {
 				return e.prov, p2p.FrameReceipt, e.prov.bill(t, e.pr)
 			},
-			want{answer: p2p.FrameRefuse, reject: "receipt/", state: market.LeaseClosed}},
+			want{answer: p2p.FrameRefuse, reject: "receipt/receipt-window", state: market.LeaseClosed}},
 		{"receipt/provider/running", market.RoleProvider, proto.LeaseType_LEASE_TYPE_ON_DEMAND, running,
 			func(t *testing.T, e env) (*party, byte, []byte) {
 				return e.buyer, p2p.FrameReceipt, e.prov.bill(t, e.pr)
 			},
-			want{answer: p2p.FrameRefuse, reject: "receipt/", state: market.LeaseRunning}},
+			want{answer: p2p.FrameRefuse, reject: "receipt/receipt-lease", state: market.LeaseRunning}},
 		{"close/provider/running/buyer", market.RoleProvider, proto.LeaseType_LEASE_TYPE_ON_DEMAND, running,
 			func(t *testing.T, e env) (*party, byte, []byte) {
 				return e.buyer, p2p.FrameClose, closeNotice(t, e.buyer, e.lt.Id, market.CloseBuyer, t0.Add(10*time.Second))
@@ -440,7 +440,7 @@ func TestReceiptProtocolStates(t *testing.T) {
 			}}},
 		{"unknown-kind/provider/running", market.RoleProvider, proto.LeaseType_LEASE_TYPE_ON_DEMAND, running,
 			func(t *testing.T, e env) (*party, byte, []byte) { return e.buyer, 'z', []byte("?") },
-			want{answer: p2p.FrameRefuse, state: market.LeaseRunning}},
+			want{answer: p2p.FrameRefuse, reject: "frame/unknown-kind", state: market.LeaseRunning}},
 	}
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
