@@ -452,6 +452,11 @@ func (r *Run) syncRecord() {
 	r.rec.StartedAt, r.rec.EndingAt, r.rec.ClosedAt = r.ml.StartedAt, r.ml.EndingAt, r.ml.ClosedAt
 }
 
+// RunLoop starts r's loop unless one runs: the provider's meters, bills,
+// sends receipts and owed notices and ends the lease when due; the
+// buyer's closes it at its end or on a silent provider. It steps on the
+// clock's ticks (a quarter interval, 50–250 ms) and at each Poke, and
+// stops once the lease is closed and settled or the node closes.
 func (m *Manager) RunLoop(r *Run) {
 	r.mu.Lock()
 	if r.active {
@@ -503,6 +508,7 @@ func (m *Manager) RunLoop(r *Run) {
 	}
 }
 
+// Poke makes r's loop step now.
 func (r *Run) Poke() {
 	select {
 	case r.wake <- struct{}{}:
@@ -676,7 +682,10 @@ type StoreError struct {
 	Err  error
 }
 
+// Error says what failed to be stored.
 func (e *StoreError) Error() string { return "storing " + e.What + " failed: " + e.Err.Error() }
+
+// Unwrap is the store's error.
 func (e *StoreError) Unwrap() error { return e.Err }
 
 // StoreFailed logs and counts a failed write on the money path.
