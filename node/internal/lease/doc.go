@@ -24,7 +24,11 @@
 //
 // Every decision and every wait is on the Clock: billing ticks, graces,
 // the close notice's resend backoff, the exec stream's reconnect backoff
-// and the redial backoff. Tests drive it with a clockwork.FakeClock.
+// and the redial backoff. Tests drive it with a clockwork.FakeClock
+// (machine_test.go); clockwork rather than testing/synctest because the
+// tests run the protocols over real loopback sockets, which a synctest
+// bubble cannot hold. The node passes RealClock: its WithClock time and
+// the system's timers.
 //
 // # The lease protocol
 //

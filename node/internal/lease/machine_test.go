@@ -753,3 +753,63 @@ func TestRedialOnFakeClock(t *testing.T) {
 	}
 	advanceUntil(t, clock, redialEvery, connected)
 }
+
+// A buyer whose exec stream breaks reopens it as an attach after 0.5 s,
+// then after twice the wait each time, on its clock: each reopening comes
+// no sooner than its backoff after the one before, and the first one's
+// failure is in the lease's stored output.
+func TestExecReconnectBackoffOnFakeClock(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(t0.Add(10 * time.Second))
+	buyer := newParty(t, clock, 0)
+	// The provider answers every exec stream by closing it: no exit frame.
+	pkey := newKey(t)
+	ph, err := p2p.NewHost(p2p.HostConfig{Key: pkey, Listen: []string{"/ip4/127.0.0.1/tcp/0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ph.Close()
+	var mu sync.Mutex
+	type open struct {
+		at     time.Time
+		attach bool
+	}
+	var opens []open
+	p2p.HandleExec(context.Background(), ph, func(_ context.Context, _ peer.ID, req []byte, _ *p2p.FrameWriter) {
+		var r execRequest
+		json.Unmarshal(req, &r)
+		mu.Lock()
+		opens = append(opens, open{clock.Now(), r.Attach})
+		mu.Unlock()
+	})
+	if err := buyer.h.Connect(context.Background(), peer.AddrInfo{ID: ph.ID(), Addrs: ph.Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	lt := terms("lease-exec-backoff", buyer, buyer, proto.LeaseType_LEASE_TYPE_ON_DEMAND)
+	lt.Provider = []byte(ph.ID())
+	r := buyer.put(t, lt, market.RoleBuyer, running)
+	r.mu.Lock()
+	r.rec.Workload = &executor.Spec{Command: []string{"true"}}
+	r.mu.Unlock()
+	buyer.m.spawn(func() { buyer.m.followExec(r) })
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(opens) }
+	advanceUntil(t, clock, 50*time.Millisecond, func() bool { return count() >= 5 })
+	mu.Lock()
+	defer mu.Unlock()
+	wait := 500 * time.Millisecond
+	for i := 1; i < 5; i++ {
+		if gap := opens[i].at.Sub(opens[i-1].at); gap < wait {
+			t.Errorf("reopening %d came %s after the one before, sooner than its backoff %s", i, gap, wait)
+		}
+		if !opens[i].attach {
+			t.Errorf("reopening %d is not an attach", i)
+		}
+		wait *= 2
+	}
+	if opens[0].attach {
+		t.Error("the first exec request is an attach")
+	}
+	v, err := buyer.m.Logs(r.id, 0)
+	if err != nil || len(v.Chunks) == 0 || v.Chunks[0].Stream != "stderr" {
+		t.Fatalf("stored output %+v (%v), want the first stream's failure on stderr", v, err)
+	}
+}
