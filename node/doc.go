@@ -26,8 +26,12 @@
 //     the verdicts that lift a provider's asks to cc-verified.
 //   - node/internal/leases: the durable side of leases: their records,
 //     receipt chains and their verification, evidence of misbehaviour and
-//     the settlement ledger. The lease loop that meters, bills and runs a
-//     workload stays in this package and keeps what it signs there.
+//     the settlement ledger.
+//   - node/internal/lease: the running lease: the loop that meters, bills
+//     and closes, the receipt protocol's and the exec stream's state
+//     machines (their tables are its package doc), close notices, redials,
+//     workloads and their logs, on an injected clock. It keeps what it
+//     signs in leases; wire_lease.go wires it to the rest of the node.
 //   - node/internal/trade: the take protocol's state machine: each take
 //     answered once (a replay gets the first answer), only while fresh,
 //     and the GPUs of own orders in takes in flight.
@@ -70,4 +74,12 @@
 // a store write (the price history is written after it, in filled).
 // TestOrderViewWhileFillsApply and TestInflightEndsWithItsFill hold the
 // order to this.
+//
+// The leases' locks are package lease's (its doc gives their order:
+// Manager.mu → Run.mu → the logs' lock). The node's table of lease
+// handles (leaseTable.mu, wire_lease.go) is taken under Manager.mu when
+// a run is added, and takes a run's lock only from credit and
+// preemption, never of a run being added:
+//
+//	lease.Manager.mu → leaseTable.mu → lease.Run.mu
 package node

@@ -288,7 +288,7 @@ type Node struct {
 	ownMu           sync.Mutex
 	own             map[string]*ownOrder
 	attest          *attestor.Attestor   // see attest.go
-	leases          *leaseManager        // see lease.go
+	leases          *leaseTable          // the lease runtime (wire_lease.go)
 	perGPU          perGPU               // what each GPU is sold with (see WithResourcesPerGPU)
 	preemptNotice   time.Duration        // spot leases' notice before preemption
 	chargeIncrement time.Duration        // the unit leases charge GPU time in (see WithBillingIncrement)
@@ -301,7 +301,6 @@ type Node struct {
 	standing *provider.Standing // standing asks
 	credit   *credit.Policy     // credit limits
 	telHist  history.Telemetry  // GPU samples over time
-	logs     leaseLogs          // stored workload output under its cap (logs.go)
 
 	// hostInjected: the caller gave the host (WithHost) and closes it.
 	hostInjected bool
@@ -356,9 +355,8 @@ func New(opts ...Option) (_ *Node, err error) {
 		lock: lock,
 		repo: o.repo, now: o.now, offerTTL: o.offerTTL, billingInterval: o.billing, perGPU: o.perGPU, chargeIncrement: o.chargeIncrement, schedule: o.schedule, scheduleOffset: o.scheduleOffset,
 		preemptNotice: cmpOrDuration(o.preemptNotice, market.PreemptionNotice), preemptMargin: market.DefaultPreemptMarginBP,
-		log:  o.logger.With("node", filepath.Base(o.repo)),
-		own:  map[string]*ownOrder{},
-		logs: leaseLogs{limit: o.logCap, used: map[string]int64{}},
+		log: o.logger.With("node", filepath.Base(o.repo)),
+		own: map[string]*ownOrder{},
 	}
 	if o.preemptMargin != nil {
 		n.preemptMargin = *o.preemptMargin
