@@ -159,10 +159,27 @@ func (m *Manager) handleExec(ctx context.Context, from peer.ID, body []byte, out
 		exit(run.Result())
 		return
 	}
+	if u, metered := usageOf(run); metered && u.GPUs != 0 && u.GPUs != len(r.terms.Gpus) {
+		// The scheduler's record is what the lease bills by: it must hold
+		// exactly the GPUs sold.
+		note := fmt.Sprintf("workload refused: %s holds %d GPUs; the lease sold %d", u.Source, u.GPUs, len(r.terms.Gpus))
+		res := executor.ExitResult{Code: -1, Error: note}
+		r.rec.Exit = &res
+		m.EndLocked(r, market.CloseFailed, m.now(), note)
+		at := r.ml.ClosedAt
+		r.mu.Unlock()
+		run.Stop(0)
+		m.metrics.Reject("exec", "scheduler-gpus")
+		m.log.Warn("workload not started", "lease", r.id, "executor", name, "err", note)
+		m.SendClose(r, market.CloseFailed, at, note)
+		r.Poke()
+		exit(res)
+		return
+	}
 	old := r.exec
 	r.exec, r.rec.Info, r.rec.Handle = run, &info, info.Handle
 	if pause {
-		r.rec.HeldSince = m.now().UnixMilli()
+		r.rec.HeldSince = m.heldSince(r, run).UnixMilli()
 	}
 	m.PutRecordLocked(r)
 	r.mu.Unlock()
@@ -244,7 +261,7 @@ func (m *Manager) watchWorkload(r *Run, run executor.Execution) executor.ExitRes
 	ended := r.ml.State == market.LeaseRunning && r.rec.PreemptAt.IsZero()
 	if ended {
 		note = exitNote(res)
-		m.EndLocked(r, market.CloseExited, m.now(), note)
+		m.EndLocked(r, market.CloseExited, m.exitedAt(r, run), note)
 	} else {
 		m.PutRecordLocked(r)
 	}
@@ -458,3 +475,59 @@ type lenient struct {
 }
 
 func (l lenient) Write(b []byte) (int, error) { l.w.Write(b); return len(b), nil }
+
+// usageOf is a scheduler's record of a workload (executor.Meter), if its
+// executor keeps one.
+func usageOf(run executor.Execution) (executor.Usage, bool) {
+	mt, ok := run.(executor.Meter)
+	if !ok {
+		return executor.Usage{}, false
+	}
+	return mt.Usage(), true
+}
+
+// heldSince is when a started workload got its GPUs: the scheduler's
+// record of it where the executor keeps one (Slurm's job start), else now;
+// never before the lease's start. Holds r.mu.
+func (m *Manager) heldSince(r *Run, run executor.Execution) time.Time {
+	u, _ := usageOf(run)
+	return meteredStart(u, time.UnixMilli(r.terms.StartUnixMs), m.now())
+}
+
+// exitedAt is when a workload that ended by itself gave its GPUs back:
+// the scheduler's record where the executor keeps one (Slurm's job end,
+// which the daemon sees a poll later), else now; never before what the
+// lease has billed or held already. Holds r.mu.
+func (m *Manager) exitedAt(r *Run, run executor.Execution) time.Time {
+	u, _ := usageOf(run)
+	floor := time.UnixMilli(r.ml.Chain.WindowEndUnixMs)
+	if r.rec.HeldSince != pausedHold {
+		floor = maxTime(floor, time.UnixMilli(r.rec.HeldSince))
+	}
+	return meteredEnd(u, floor, m.now())
+}
+
+// meteredStart is when GPU time starts by a scheduler's record u (zero
+// Usage: none kept): u.Start, within [leaseStart, now].
+func meteredStart(u executor.Usage, leaseStart, now time.Time) time.Time {
+	if u.Start.IsZero() || u.Start.After(now) {
+		return now
+	}
+	return maxTime(u.Start, leaseStart)
+}
+
+// meteredEnd is when GPU time ends by a scheduler's record u: u.End,
+// within [floor, now].
+func meteredEnd(u executor.Usage, floor, now time.Time) time.Time {
+	if u.End.IsZero() || u.End.After(now) {
+		return now
+	}
+	return maxTime(u.End, floor)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
