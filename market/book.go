@@ -242,13 +242,13 @@ func (b *Book) Add(o *Order, now time.Time) error {
 	if o.ID == "" {
 		return fmt.Errorf("%w: no ID", ErrOrderSchema)
 	}
+	h := b.early(o)
 	if err := b.admit(o, now); err != nil {
 		return err
 	}
 	if o.TimeInForce == IOC {
 		return ErrNotResting
 	}
-	h := b.hash(o.ID)
 	filled, rec, err := b.prior(o, h)
 	if err != nil {
 		return err
@@ -266,6 +266,19 @@ func (b *Book) Add(o *Order, now time.Time) error {
 	}
 	b.rest(o, h, filled, rec != nil)
 	return nil
+}
+
+// early returns the handle of o's ID and starts loading the replay
+// memory's index line for it, so that the miss overlaps the order's
+// validation instead of following it. An ID too long to be valid is not
+// hashed (validation refuses it).
+func (b *Book) early(o *Order) uint64 {
+	if len(o.ID) > MaxOrderIDLen {
+		return 0
+	}
+	h := b.hash(o.ID)
+	b.sink += b.tombs.touch(h)
+	return h
 }
 
 // prior returns what of o (handle h) is already filled by fills seen before

@@ -205,7 +205,7 @@ func (m *memory[V]) check(hash func(string) uint64) error {
 	if live != m.live || gone != m.gone || slots != live {
 		return fmt.Errorf("%d live, %d deleted, %d live slots; counted %d, %d", live, gone, slots, m.live, m.gone)
 	}
-	if 2*m.live > memSlots*len(m.buckets) {
+	if m.live > memLoad*len(m.buckets) {
 		return fmt.Errorf("index of %d buckets holds %d records", len(m.buckets), m.live)
 	}
 	return nil

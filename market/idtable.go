@@ -139,6 +139,10 @@ type memBucket struct {
 
 const memSlots = 7
 
+// memLoad is the most live slots per bucket, on average, before the index
+// doubles: at 5 of 7, about one bucket in twenty overflows into the next.
+const memLoad = 5
+
 type memRec[V any] struct {
 	id   string
 	h    uint64
@@ -264,7 +268,7 @@ func (m *memory[V]) put(h uint64, id string, exp int64, fresh bool) *memRec[V] {
 	seq := m.tail
 	m.tail++
 	m.live++
-	if 2*m.live > memSlots*len(m.buckets) {
+	if m.live > memLoad*len(m.buckets) {
 		m.resize(max(8, 2*len(m.buckets)))
 	}
 	r.dist = m.index(h, seq)
