@@ -34,6 +34,7 @@ type idSource struct {
 	cycle  int
 	chunks []string // by chunk number; with cycle 0 only the newest is kept
 	last   int      // with cycle 0, the newest chunk's number
+	ahead  int      // with cycle > 0, IDs below ahead have been read ahead
 }
 
 // idPools holds the cyclic sources' chunks by salt.
@@ -58,6 +59,7 @@ func newIDSource(b *testing.B, salt uint64, cycle int) *idSource {
 func (s *idSource) id(i int) string {
 	c := 0
 	if s.cycle > 0 {
+		s.readAhead(i)
 		i %= s.cycle
 		c = i / idChunk
 	} else if i/idChunk != s.last {
@@ -69,6 +71,26 @@ func (s *idSource) id(i int) string {
 	k := i % idChunk
 	return s.chunks[c][k*idLen : (k+1)*idLen]
 }
+
+// idAhead is how far ahead of its use a cyclic source reads an ID. A node
+// hands the book IDs it has just decoded or computed, hot in its cache;
+// read in turn from a pool of hundreds of megabytes they would reach the
+// book cold. Reading each a few IDs ahead, while the book works on the
+// current one, brings them in the way the node's own decoding would.
+const idAhead = 8
+
+// readAhead loads ID i+idAhead's bytes (both cache lines it may span),
+// once per ID.
+func (s *idSource) readAhead(i int) {
+	for ; s.ahead <= i+idAhead; s.ahead++ {
+		k := s.ahead % s.cycle
+		ch := s.chunks[k/idChunk]
+		off := (k % idChunk) * idLen
+		idSink += ch[off] + ch[off+idLen-1]
+	}
+}
+
+var idSink byte
 
 // startTimer collects garbage left by the setup, then starts timing: the
 // timed loop should not pay for the setup's garbage.
