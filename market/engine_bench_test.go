@@ -93,11 +93,22 @@ func (s *idSource) readAhead(i int) {
 var idSink byte
 
 // startTimer collects garbage left by the setup, then starts timing: the
-// timed loop should not pay for the setup's garbage.
-func startTimer(b *testing.B) {
+// timed loop should not pay for the setup's garbage. It returns a function
+// that reports ops/s for ops operations per iteration and the CPU time per
+// iteration (cpu-ns/op), which on a shared machine varies less than wall
+// time.
+func startTimer(b *testing.B) func(ops int) {
 	runtime.GC()
 	b.ReportAllocs()
+	cpu := cpuNanos()
 	b.ResetTimer()
+	return func(ops int) {
+		b.StopTimer()
+		if used := cpuNanos() - cpu; cpu > 0 {
+			b.ReportMetric(float64(used)/float64(b.N), "cpu-ns/op")
+		}
+		b.ReportMetric(float64(ops*b.N)/b.Elapsed().Seconds(), "ops/s")
+	}
 }
 
 // buildIDs returns n IDs from index first on, back to back in one string.
@@ -147,7 +158,7 @@ func BenchmarkThroughput(b *testing.B) {
 	agree := func(*Match) string { fills++; return fillIDs.id(fills) }
 	dst := make([]Fill, 0, 4)
 	var err error
-	startTimer(b)
+	report := startTimer(b)
 	for range b.N {
 		d := int64(geseqTick)
 		if rng.IntN(10) < 5 {
@@ -176,7 +187,7 @@ func BenchmarkThroughput(b *testing.B) {
 			b.Fatalf("Take(sell) = %d fills, %v", len(dst), err)
 		}
 	}
-	b.ReportMetric(float64(4*b.N)/b.Elapsed().Seconds(), "ops/s")
+	report(4)
 	if book.Len() != 0 {
 		b.Fatalf("book holds %d orders, want none", book.Len())
 	}
@@ -213,7 +224,7 @@ func BenchmarkThroughputDeep(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	startTimer(b)
+	report := startTimer(b)
 	for i := range b.N {
 		if dst, err = book.Take(dst[:0], order(geseqDeepWindow+i), bookT0, none); err != nil {
 			b.Fatal(err)
@@ -226,7 +237,7 @@ func BenchmarkThroughputDeep(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(2*b.N)/b.Elapsed().Seconds(), "ops/s")
+	report(2)
 	if book.Len() != geseqDeepWindow {
 		b.Fatalf("book holds %d orders, want %d", book.Len(), geseqDeepWindow)
 	}
@@ -253,7 +264,7 @@ func BenchmarkApplyFill(b *testing.B) {
 		}
 	}
 	f := Fill{Market: bookMarket, Currency: "USD", Buyer: "u1", Quantity: 1, Price: 2_200_000, LeaseType: Spot, Time: bookT0}
-	startTimer(b)
+	report := startTimer(b)
 	for i := range b.N {
 		a := i % asks
 		f.ID, f.BidID = fillIDs.id(i), bidIDs.id(i)
@@ -262,7 +273,7 @@ func BenchmarkApplyFill(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+	report(1)
 }
 
 // mixedRegions are the asks' regions in the mixed workload: two east, two
@@ -329,7 +340,7 @@ func BenchmarkMixed(b *testing.B) {
 	takerUS.Constraints.Regions, takerCN.Constraints.Regions = []string{"US-"}, []string{"CN-"}
 	buf := make([]Match, 0, 64)
 	var err error
-	startTimer(b)
+	report := startTimer(b)
 	for i := range b.N {
 		switch r := rng.IntN(100); {
 		case r < 45:
@@ -360,7 +371,7 @@ func BenchmarkMixed(b *testing.B) {
 			}
 		}
 	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+	report(1)
 }
 
 // TestIDSource checks the benchmarks' IDs are distinct and CID-sized.
