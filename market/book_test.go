@@ -157,6 +157,9 @@ func checkBook(b *Book) error {
 // own ID at its recorded distance from home; each bucket's count of the
 // live slots that passed it; the load.
 func (m *memory[V]) check(hash func(string) uint64) error {
+	if int(m.head%uint64(m.limit)) != m.hpos || int(m.tail%uint64(m.limit)) != m.tpos {
+		return fmt.Errorf("ring [%d, %d) at positions %d, %d", m.head, m.tail, m.hpos, m.tpos)
+	}
 	if m.live+m.gone > m.limit || uint64(m.live+m.gone) != m.tail-m.head {
 		return fmt.Errorf("%d records and %d deleted, limit %d, ring [%d, %d)", m.live, m.gone, m.limit, m.head, m.tail)
 	}
@@ -966,6 +969,9 @@ func TestReplayMemory(t *testing.T) {
 					t.Fatalf("limit %d step %d: sweep(%d) dropped %v, want %v", limit, step, now, dropped, want)
 				}
 			case 4:
+				if step%7 == 0 && m.buckets != nil {
+					m.cleanBucket() // it runs every few thousand inserts
+				}
 				want, wantOK := lookup(id)
 				got, ok := m.get(h, id)
 				if ok != wantOK || (ok && (got.v != want.v || got.exp != want.exp)) {

@@ -107,7 +107,7 @@ func (t *liveTable) del(h uint64, e *entry) {
 // Dropping a record costs no index access: a slot names its record by
 // arrival number, and a slot naming a record outside the ring's window is
 // stale, as good as empty to an insert and skipped by a lookup (and
-// cleared, one bucket every cleanEvery inserts, long before its 32-bit
+// cleared, a bucket every few thousand inserts, long before its 32-bit
 // arrival number could name a record again). An ID's
 // slot lives in its home bucket, or, when that bucket is full of live
 // slots, in the first later bucket with room; each bucket counts the live
@@ -120,6 +120,7 @@ type memory[V any] struct {
 	onDrop     func(*memRec[V]) // called with each record dropped that was not deleted
 	blocks     [][]memRec[V]    // the ring (limit records), allocated as used
 	head, tail uint64           // arrival numbers: oldest held, next
+	hpos, tpos int              // their positions in the ring
 	live, gone int              // records held and not deleted; deleted ones still in the ring
 	swept      int64            // records with exp <= swept are forgotten
 
@@ -155,11 +156,13 @@ type memRec[V any] struct {
 const (
 	memBlockShift = 12
 	memBlock      = 1 << memBlockShift
-	// cleanEvery is how many inserts pass per bucket cleared of stale
-	// slots: with at most 2^29 buckets (maxMemoryLimit), every slot is
-	// cleared within 2^31 inserts of going stale, so a stale slot's 32-bit
-	// arrival number never comes round to name a record in the ring.
-	cleanEvery = 4
+	// cleanCycle is how many inserts the cleaner takes to clear every
+	// bucket of stale slots: a stale slot is cleared within 2^30 inserts
+	// of going stale (and the ring holds at most 2^30 records), so its
+	// 32-bit arrival number never comes round to name a record in the
+	// ring. With 2^18 buckets (the default cap) that is one bucket every
+	// 4096 inserts.
+	cleanCycle = 1 << 30
 )
 
 func newMemory[V any](limit int, onDrop func(*memRec[V])) memory[V] {
@@ -258,7 +261,10 @@ func (m *memory[V]) put(h uint64, id string, exp int64, fresh bool) *memRec[V] {
 	if m.tail-m.head == uint64(m.limit) {
 		m.popHead()
 	}
-	pos := int(m.tail % uint64(m.limit))
+	pos := m.tpos
+	if m.tpos++; m.tpos == m.limit {
+		m.tpos = 0
+	}
 	blk := &m.blocks[pos>>memBlockShift]
 	if *blk == nil {
 		*blk = make([]memRec[V], min(memBlock, m.limit-pos))
@@ -272,7 +278,7 @@ func (m *memory[V]) put(h uint64, id string, exp int64, fresh bool) *memRec[V] {
 		m.resize(max(8, 2*len(m.buckets)))
 	}
 	r.dist = m.index(h, seq)
-	if m.tail%cleanEvery == 0 {
+	if m.tail%(cleanCycle/uint64(len(m.buckets))) == 0 {
 		m.cleanBucket()
 	}
 	return r
@@ -293,7 +299,10 @@ func (m *memory[V]) cleanBucket() {
 // popHead drops the oldest record (its slot goes stale by itself), telling
 // onDrop unless it had been deleted.
 func (m *memory[V]) popHead() {
-	r := m.rec(m.head)
+	r := &m.blocks[m.hpos>>memBlockShift][m.hpos&(memBlock-1)]
+	if m.hpos++; m.hpos == m.limit {
+		m.hpos = 0
+	}
 	m.head++
 	if r.dead {
 		m.gone--
