@@ -204,6 +204,7 @@ const geseqDeepWindow = 50_000
 func BenchmarkThroughputDeep(b *testing.B) {
 	book := newTestBook(b, benchOpts...)
 	ids := newIDSource(b, 3, 1<<21)
+	cancels := newIDSource(b, 3, 1<<21) // the same IDs, read ahead as the cancels come
 	buy := testBid("", "buyer", geseqQty, 0)
 	sell := testAsk("", "seller", geseqQty, 0)
 	const mid, steps = (geseqLow + geseqHigh) / 2, (geseqHigh - geseqLow) / geseqTick / 2
@@ -233,7 +234,7 @@ func BenchmarkThroughputDeep(b *testing.B) {
 		if i&1 != 0 {
 			maker = "seller"
 		}
-		if err := book.Cancel(ids.id(i), maker); err != nil {
+		if err := book.Cancel(cancels.id(i), maker); err != nil {
 			b.Fatal(err)
 		}
 	}
