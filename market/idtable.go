@@ -367,7 +367,9 @@ func (m *memory[V]) touch(h uint64) uint64 {
 }
 
 // resize rebuilds the index with n buckets, leaving stale slots out, and
-// records each live record's new distance from its home.
+// records each live record's new distance from its home. It reads the old
+// index in order and the ring only where a distance changed: rehashing
+// from the records would cost a cache miss each.
 func (m *memory[V]) resize(n int) {
 	old := m.buckets
 	m.buckets = make([]memBucket, n)
@@ -381,8 +383,10 @@ func (m *memory[V]) resize(n int) {
 			if !ok {
 				continue
 			}
+			// The slot's tag is all index needs of the handle: the
+			// record itself is read only if its distance changed.
 			was := (uint32(i) - uint32(s>>32)) & oldMask
-			if dist := m.index(m.rec(seq).h, seq); dist != was {
+			if dist := m.index(s&^0xffffffff, seq); dist != was {
 				m.rec(seq).dist = dist
 			}
 		}
