@@ -157,6 +157,9 @@ func checkBook(b *Book) error {
 // own ID at its recorded distance from home; each bucket's count of the
 // live slots that passed it; the load.
 func (m *memory[V]) check(hash func(string) uint64) error {
+	if m.buckets != nil && m.cleanMask != cleanCycle/uint64(len(m.buckets))-1 {
+		return fmt.Errorf("cleaner mask %#x for %d buckets", m.cleanMask, len(m.buckets))
+	}
 	if int(m.head%uint64(m.limit)) != m.hpos || int(m.tail%uint64(m.limit)) != m.tpos {
 		return fmt.Errorf("ring [%d, %d) at positions %d, %d", m.head, m.tail, m.hpos, m.tpos)
 	}

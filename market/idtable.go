@@ -126,6 +126,9 @@ type memory[V any] struct {
 
 	buckets []memBucket // a power of two of them, or none yet
 	clean   int         // the next bucket to clear of stale slots
+	// cleanMask: the cleaner clears a bucket when tail&cleanMask is 0,
+	// cleanCycle/len(buckets) inserts apart (no division on the way).
+	cleanMask uint64
 }
 
 // memBucket is one cache line of the index. Slots hold 0 (empty) or a slot
@@ -278,7 +281,7 @@ func (m *memory[V]) put(h uint64, id string, exp int64, fresh bool) *memRec[V] {
 		m.resize(max(8, 2*len(m.buckets)))
 	}
 	r.dist = m.index(h, seq)
-	if m.tail%(cleanCycle/uint64(len(m.buckets))) == 0 {
+	if m.tail&m.cleanMask == 0 {
 		m.cleanBucket()
 	}
 	return r
@@ -373,6 +376,7 @@ func (m *memory[V]) touch(h uint64) uint64 {
 func (m *memory[V]) resize(n int) {
 	old := m.buckets
 	m.buckets = make([]memBucket, n)
+	m.cleanMask = cleanCycle/uint64(n) - 1
 	oldMask := uint32(len(old) - 1)
 	for i := range old {
 		for _, s := range &old[i].s {
