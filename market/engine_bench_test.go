@@ -22,8 +22,9 @@ const idLen = 59
 // idChunk is how many IDs an idSource builds at a time.
 const idChunk = 1 << 16
 
-// idSource hands out distinct CID-sized IDs by index. With cycle > 0,
-// index i gives the same ID as i+cycle: a benchmark may reuse an ID once
+// idSource hands out distinct CID-sized IDs by index. With cycle > 0 (a
+// power of two, so the timed loop divides by nothing), index i gives the
+// same ID as i+cycle: a benchmark may reuse an ID once
 // the book has forgotten it; the whole cycle is built up front (once per
 // process and salt), so the timed loop allocates nothing. With cycle 0
 // every index is distinct: IDs are built a chunk at a time with the timer
@@ -43,6 +44,9 @@ var idPools = map[uint64][]string{}
 func newIDSource(b *testing.B, salt uint64, cycle int) *idSource {
 	s := &idSource{b: b, salt: salt, cycle: cycle, chunks: make([]string, 1), last: -1}
 	if cycle > 0 {
+		if cycle&(cycle-1) != 0 || cycle%idChunk != 0 {
+			b.Fatalf("ID cycle %d: want a power of two, a multiple of %d", cycle, idChunk)
+		}
 		n := (cycle + idChunk - 1) / idChunk
 		if len(idPools[salt]) != n {
 			chunks := make([]string, n)
@@ -60,7 +64,7 @@ func (s *idSource) id(i int) string {
 	c := 0
 	if s.cycle > 0 {
 		s.readAhead(i)
-		i %= s.cycle
+		i &= s.cycle - 1
 		c = i / idChunk
 	} else if i/idChunk != s.last {
 		s.b.StopTimer()
@@ -91,7 +95,7 @@ func (s *idSource) readAhead(i int) {
 	}
 	var sum byte
 	for end := s.ahead + idBatch; s.ahead < end; s.ahead++ {
-		k := s.ahead % s.cycle
+		k := s.ahead & (s.cycle - 1)
 		ch := s.chunks[k/idChunk]
 		off := (k % idChunk) * idLen
 		sum += ch[off] + ch[off+idLen-1]
