@@ -161,6 +161,7 @@ type level struct {
 // busy end of the slice is its cheap end.
 type bookSide struct {
 	side   Side
+	hint   int // the index search last found or placed a price at
 	levels []*level
 	free   []*level
 	rfree  []*regionList
@@ -593,7 +594,15 @@ func (s *bookSide) better(a, b int64) bool {
 }
 
 // search returns the index of price's level, or where it would be inserted.
+// It looks first at the level it last found and its two neighbours: orders
+// come in at and around the same few prices.
 func (s *bookSide) search(price int64) (int, bool) {
+	for _, i := range [3]int{s.hint, s.hint - 1, s.hint + 1} {
+		if uint(i) < uint(len(s.levels)) && s.levels[i].price == price {
+			s.hint = i
+			return i, true
+		}
+	}
 	lo, hi := 0, len(s.levels)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
@@ -603,6 +612,7 @@ func (s *bookSide) search(price int64) (int, bool) {
 			hi = m
 		}
 	}
+	s.hint = lo
 	return lo, lo < len(s.levels) && s.levels[lo].price == price
 }
 
