@@ -108,13 +108,13 @@ func (t *liveTable) del(h uint64, e *entry) {
 // arrival number, and a slot naming a record outside the ring's window is
 // stale, as good as empty to an insert and skipped by a lookup (and
 // cleared, a bucket every few thousand inserts, long before its 32-bit
-// arrival number could name a record again). An ID's
-// slot lives in its home bucket, or, when that bucket is full of live
-// slots, in the first later bucket with room; each bucket counts the live
-// slots that passed over it, so a lookup moves on only past a bucket whose
-// count is not zero, and no bucket ever needs cleaning. The ring is
-// allocated a block at a time as it fills; nothing is copied or rehashed
-// in the steady state.
+// arrival number could name a record again). An ID's slot lives in its
+// home bucket, or, when that bucket is full of live slots, in the first
+// later bucket with room; each bucket counts the live slots that passed
+// over it, so a lookup moves on only past a bucket whose count is not
+// zero, and stale slots never lengthen a lookup. The ring is allocated a
+// block at a time as it fills; nothing is copied or rehashed in the
+// steady state.
 type memory[V any] struct {
 	limit      int
 	onDrop     func(*memRec[V]) // called with each record dropped that was not deleted
@@ -144,7 +144,8 @@ type memBucket struct {
 const memSlots = 7
 
 // memLoad is the most live slots per bucket, on average, before the index
-// doubles: at 5 of 7, about one bucket in twenty overflows into the next.
+// doubles: at 5 of 7 about one bucket in eight overflows into the next,
+// after a doubling (2.5 of 7) hardly any.
 const memLoad = 5
 
 type memRec[V any] struct {
