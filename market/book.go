@@ -161,6 +161,7 @@ type level struct {
 // busy end of the slice is its cheap end.
 type bookSide struct {
 	side   Side
+	hint   int // the index search last found or placed a price at
 	levels []*level
 	free   []*level
 	rfree  []*regionList
@@ -242,13 +243,13 @@ func (b *Book) Add(o *Order, now time.Time) error {
 	if o.ID == "" {
 		return fmt.Errorf("%w: no ID", ErrOrderSchema)
 	}
+	h := b.early(o)
 	if err := b.admit(o, now); err != nil {
 		return err
 	}
 	if o.TimeInForce == IOC {
 		return ErrNotResting
 	}
-	h := b.hash(o.ID)
 	filled, rec, err := b.prior(o, h)
 	if err != nil {
 		return err
@@ -266,6 +267,19 @@ func (b *Book) Add(o *Order, now time.Time) error {
 	}
 	b.rest(o, h, filled, rec != nil)
 	return nil
+}
+
+// early returns the handle of o's ID and starts loading the replay
+// memory's index line for it, so that the miss overlaps the order's
+// validation instead of following it. An ID too long to be valid is not
+// hashed (validation refuses it).
+func (b *Book) early(o *Order) uint64 {
+	if len(o.ID) > MaxOrderIDLen {
+		return 0
+	}
+	h := b.hash(o.ID)
+	b.sink += b.tombs.touch(h)
+	return h
 }
 
 // prior returns what of o (handle h) is already filled by fills seen before
@@ -580,7 +594,15 @@ func (s *bookSide) better(a, b int64) bool {
 }
 
 // search returns the index of price's level, or where it would be inserted.
+// It looks first at the level it last found and its two neighbours: orders
+// come in at and around the same few prices.
 func (s *bookSide) search(price int64) (int, bool) {
+	for _, i := range [3]int{s.hint, s.hint - 1, s.hint + 1} {
+		if uint(i) < uint(len(s.levels)) && s.levels[i].price == price {
+			s.hint = i
+			return i, true
+		}
+	}
 	lo, hi := 0, len(s.levels)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
@@ -590,6 +612,7 @@ func (s *bookSide) search(price int64) (int, bool) {
 			hi = m
 		}
 	}
+	s.hint = lo
 	return lo, lo < len(s.levels) && s.levels[lo].price == price
 }
 

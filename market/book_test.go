@@ -138,28 +138,36 @@ func checkBook(b *Book) error {
 		if e := b.orders.get(h, id); e != nil && e.o.ClientKey == ck.key && e.o.Maker == ck.maker {
 			continue
 		}
-		if i, seq := b.tombs.find(h, id); i >= 0 && b.tombs.rec(seq).v.key == ck.key && b.tombs.rec(seq).v.maker == ck.maker {
+		if i, _, seq := b.tombs.find(h, id); i >= 0 && b.tombs.rec(seq).v.key == ck.key && b.tombs.rec(seq).v.maker == ck.maker {
 			continue
 		}
 		return fmt.Errorf("client key %q of %s names %s, which the book does not know", ck.key, ck.maker, id)
 	}
-	if err := b.tombs.check(b.seed); err != nil {
+	if err := b.tombs.check(b.hash); err != nil {
 		return fmt.Errorf("dead orders: %w", err)
 	}
-	if err := b.fills.check(b.seed); err != nil {
+	if err := b.fills.check(b.hash); err != nil {
 		return fmt.Errorf("fills: %w", err)
 	}
 	return nil
 }
 
-// check verifies the replay memory: the ring's counts, the index holding
+// check verifies the replay memory: the ring's counts; the index holding
 // exactly the records not deleted (and stale slots), each found under its
-// own ID.
-func (m *memory[V]) check(seed maphash.Seed) error {
+// own ID at its recorded distance from home; each bucket's count of the
+// live slots that passed it; the load.
+func (m *memory[V]) check(hash func(string) uint64) error {
+	if m.buckets != nil && m.cleanMask != cleanCycle/uint64(len(m.buckets))-1 {
+		return fmt.Errorf("cleaner mask %#x for %d buckets", m.cleanMask, len(m.buckets))
+	}
+	if int(m.head%uint64(m.limit)) != m.hpos || int(m.tail%uint64(m.limit)) != m.tpos {
+		return fmt.Errorf("ring [%d, %d) at positions %d, %d", m.head, m.tail, m.hpos, m.tpos)
+	}
 	if m.live+m.gone > m.limit || uint64(m.live+m.gone) != m.tail-m.head {
 		return fmt.Errorf("%d records and %d deleted, limit %d, ring [%d, %d)", m.live, m.gone, m.limit, m.head, m.tail)
 	}
 	live, gone := 0, 0
+	mask := uint32(len(m.buckets) - 1)
 	for seq := m.head; seq != m.tail; seq++ {
 		rec := m.rec(seq)
 		if rec.dead {
@@ -167,25 +175,44 @@ func (m *memory[V]) check(seed maphash.Seed) error {
 			continue
 		}
 		live++
-		if i, got := m.find(rec.h, rec.id); rec.h != idHash(seed, rec.id) || i < 0 || got != seq {
+		i, j, got := m.find(rec.h, rec.id)
+		if rec.h != hash(rec.id) || i < 0 || got != seq {
 			return fmt.Errorf("record %q not indexed", rec.id)
 		}
-	}
-	slots, used := 0, 0
-	for _, s := range m.slots {
-		if s == 0 {
-			continue
+		if dist := (uint32(i) - slotTag(rec.h)) & mask; dist != rec.dist || uint32(m.buckets[i].s[j]>>32) != slotTag(rec.h) {
+			return fmt.Errorf("record %q indexed %d buckets from home, says %d", rec.id, dist, rec.dist)
 		}
-		used++
-		if _, ok := m.seqOf(s); ok {
+	}
+	slots := 0
+	passed := make([]uint32, len(m.buckets))
+	for i := range m.buckets {
+		for _, s := range &m.buckets[i].s {
+			if s == 0 {
+				continue
+			}
+			seq, ok := m.seqOf(s)
+			if !ok {
+				continue
+			}
 			slots++
+			if r := m.rec(seq); r.dead || slotTag(r.h) != uint32(s>>32) {
+				return fmt.Errorf("bucket %d: a live slot names record %q, deleted or another handle's", i, r.id)
+			}
+			for k := uint32(s>>32) & mask; k != uint32(i); k = (k + 1) & mask {
+				passed[k]++
+			}
 		}
 	}
-	if live != m.live || gone != m.gone || slots != live || used != m.used {
-		return fmt.Errorf("%d live, %d deleted, %d slots of %d used; counted %d, %d, %d used", live, gone, slots, used, m.live, m.gone, m.used)
+	for i := range m.buckets {
+		if passed[i] != m.buckets[i].passed {
+			return fmt.Errorf("bucket %d: %d slots passed it, counts %d", i, passed[i], m.buckets[i].passed)
+		}
 	}
-	if m.used > 0 && 10*m.used > 7*len(m.slots)+10 {
-		return fmt.Errorf("index %d of %d slots used", m.used, len(m.slots))
+	if live != m.live || gone != m.gone || slots != live {
+		return fmt.Errorf("%d live, %d deleted, %d live slots; counted %d, %d", live, gone, slots, m.live, m.gone)
+	}
+	if m.live > memLoad*len(m.buckets) {
+		return fmt.Errorf("index of %d buckets holds %d records", len(m.buckets), m.live)
 	}
 	return nil
 }
@@ -866,8 +893,21 @@ func TestReplayMemory(t *testing.T) {
 		dead bool
 	}
 	seed := maphash.MakeSeed()
-	for _, limit := range []int{1, 3, 64, 100, 1000} {
-		rng := rand.New(rand.NewPCG(3, uint64(limit)))
+	for _, tc := range []struct {
+		limit int
+		tags  uint64 // distinct tags among handles; 0: all the hash gives
+	}{{1, 0}, {3, 0}, {64, 0}, {100, 0}, {1000, 0}, {100, 3}, {1000, 5}, {1000, 40}} {
+		limit := tc.limit
+		// With few tags, many IDs share a home bucket: buckets fill up
+		// and slots are stored past them.
+		hash := func(id string) uint64 {
+			h := idHash(seed, id)
+			if tc.tags > 0 {
+				h = (h>>32%tc.tags)<<32 | h&0xffffffff
+			}
+			return h
+		}
+		rng := rand.New(rand.NewPCG(3, uint64(limit)+tc.tags<<32))
 		var dropped []string
 		m := newMemory(limit, func(r *memRec[int]) { dropped = append(dropped, r.id) })
 		var model []rec
@@ -882,7 +922,7 @@ func TestReplayMemory(t *testing.T) {
 		}
 		for step := range 20_000 {
 			id := fmt.Sprintf("id%d", rng.IntN(3*limit+5))
-			h := idHash(seed, id)
+			h := hash(id)
 			switch rng.IntN(5) {
 			case 0, 1:
 				exp := int64(rng.IntN(1000))
@@ -932,6 +972,9 @@ func TestReplayMemory(t *testing.T) {
 					t.Fatalf("limit %d step %d: sweep(%d) dropped %v, want %v", limit, step, now, dropped, want)
 				}
 			case 4:
+				if step%7 == 0 && m.buckets != nil {
+					m.cleanBucket() // it runs every few thousand inserts
+				}
 				want, wantOK := lookup(id)
 				got, ok := m.get(h, id)
 				if ok != wantOK || (ok && (got.v != want.v || got.exp != want.exp)) {
@@ -948,7 +991,7 @@ func TestReplayMemory(t *testing.T) {
 				t.Fatalf("limit %d step %d: len() = %d of %d, want %d of %d", limit, step, m.len(), m.live+m.gone, live, len(model))
 			}
 			if step%97 == 0 {
-				if err := m.check(seed); err != nil {
+				if err := m.check(hash); err != nil {
 					t.Fatalf("limit %d step %d: %v", limit, step, err)
 				}
 			}

@@ -97,51 +97,76 @@ func (t *liveTable) del(h uint64, e *entry) {
 }
 
 // memory is the book's replay memory of one kind of ID (dead orders, or
-// applied fills): records in a ring in arrival order, indexed by an
-// open-addressing set of handles. Each event costs O(1): a probe to look an
-// ID up; an append, and at the cap dropping the oldest record, to remember
-// one. A record is forgotten logically once its expiry is not after the
-// book's sweep time (lookups skip it) and physically when it reaches the
-// ring's head in a sweep or is dropped at the cap.
+// applied fills): records in a ring in arrival order, indexed by a table of
+// buckets of handles. Each event costs O(1): a look at one bucket (one cache
+// line) to look an ID up; an append, and at the cap dropping the oldest
+// record, to remember one. A record is forgotten logically once its expiry
+// is not after the book's sweep time (lookups skip it) and physically when
+// it reaches the ring's head in a sweep or is dropped at the cap.
 //
-// Dropping a record costs no probe: an index slot names its record by
+// Dropping a record costs no index access: a slot names its record by
 // arrival number, and a slot naming a record outside the ring's window is
-// stale, as good as empty to an insert and skipped by a lookup. A cleaner
-// walks the index a few slots per insert and shifts stale slots out, so
-// they never crowd it. The ring is allocated a block at a time as it
-// fills, and nothing is copied or rehashed in the steady state.
+// stale, as good as empty to an insert and skipped by a lookup (and
+// cleared, a bucket every few thousand inserts, long before its 32-bit
+// arrival number could name a record again). An ID's slot lives in its
+// home bucket, or, when that bucket is full of live slots, in the first
+// later bucket with room; each bucket counts the live slots that passed
+// over it, so a lookup moves on only past a bucket whose count is not
+// zero, and stale slots never lengthen a lookup. The ring is allocated a
+// block at a time as it fills; nothing is copied or rehashed in the
+// steady state.
 type memory[V any] struct {
 	limit      int
 	onDrop     func(*memRec[V]) // called with each record dropped that was not deleted
 	blocks     [][]memRec[V]    // the ring (limit records), allocated as used
 	head, tail uint64           // arrival numbers: oldest held, next
+	hpos, tpos int              // their positions in the ring
 	live, gone int              // records held and not deleted; deleted ones still in the ring
 	swept      int64            // records with exp <= swept are forgotten
 
-	// slots hold 0 (empty) or a slot word: the handle's tag (its high 32
-	// bits, top bit set) << 32 | the record's arrival number mod 2^32. The
-	// tag's low bits are the slot's home, so a slot can be moved without
-	// reading its record.
-	slots []uint64
-	used  int // slots not empty (live or stale)
-	clean int // the cleaner's position
+	buckets []memBucket // a power of two of them, or none yet
+	clean   int         // the next bucket to clear of stale slots
+	// cleanMask: the cleaner clears a bucket when tail&cleanMask is 0,
+	// cleanCycle/len(buckets) inserts apart (no division on the way).
+	cleanMask uint64
 }
+
+// memBucket is one cache line of the index. Slots hold 0 (empty) or a slot
+// word: the handle's tag (its high 32 bits, top bit set) << 32 | the
+// record's arrival number mod 2^32; the tag's low bits pick the home
+// bucket, so a slot can be moved without reading its record.
+type memBucket struct {
+	passed uint32 // live slots stored past this bucket, whose home is at or before it
+	_      uint32
+	s      [memSlots]uint64
+}
+
+const memSlots = 7
+
+// memLoad is the most live slots per bucket, on average, before the index
+// doubles: at 5 of 7 about one bucket in eight overflows into the next,
+// after a doubling (2.5 of 7) hardly any.
+const memLoad = 5
 
 type memRec[V any] struct {
 	id   string
 	h    uint64
 	exp  int64
 	v    V
-	dead bool // deleted (or replaced): kept in the ring until it reaches the head
+	dist uint32 // how many buckets past its home the record's slot is
+	dead bool   // deleted (or replaced): kept in the ring until it reaches the head
 }
 
 const (
 	memBlockShift = 12
 	memBlock      = 1 << memBlockShift
-	// cleanPerPut is how many index slots the cleaner visits per insert:
-	// stale slots (one per dropped record) then stay under a 1/cleanPerPut
-	// share of the index.
-	cleanPerPut = 8
+	// cleanCycle is how many inserts the cleaner takes to clear every
+	// bucket of stale slots: a stale slot is cleared within 2^30 inserts
+	// of going stale (and the ring holds at most 2^30 records), so its
+	// 32-bit arrival number never comes round to name a record in the
+	// ring. With 2^18 buckets (the default cap) that is one bucket every
+	// 4096 inserts.
+	cleanCycle = 1 << 30
 )
 
 func newMemory[V any](limit int, onDrop func(*memRec[V])) memory[V] {
@@ -162,26 +187,28 @@ func (m *memory[V]) seqOf(s uint64) (uint64, bool) {
 	return m.tail - d, d >= 1 && d <= m.tail-m.head
 }
 
-// find returns the index slot and arrival number of id's record, live or
-// expired, or slot -1.
-func (m *memory[V]) find(h uint64, id string) (int, uint64) {
-	if m.slots == nil {
-		return -1, 0
+// find returns the bucket and slot of id's record, live or expired, and
+// its arrival number; bucket -1 if there is none.
+func (m *memory[V]) find(h uint64, id string) (int, int, uint64) {
+	if m.buckets == nil {
+		return -1, 0, 0
 	}
-	mask := uint64(len(m.slots) - 1)
+	mask := uint32(len(m.buckets) - 1)
 	tag := slotTag(h)
-	for i := uint64(tag) & mask; ; i = (i + 1) & mask {
-		s := m.slots[i]
-		if s == 0 {
-			return -1, 0
-		}
-		if uint32(s>>32) != tag {
-			continue
-		}
-		if seq, ok := m.seqOf(s); ok {
-			if r := m.rec(seq); r.h == h && r.id == id {
-				return int(i), seq
+	for i := tag & mask; ; i = (i + 1) & mask {
+		bk := &m.buckets[i]
+		for j, s := range &bk.s {
+			if uint32(s>>32) != tag {
+				continue
 			}
+			if seq, ok := m.seqOf(s); ok {
+				if r := m.rec(seq); r.h == h && !r.dead && r.id == id {
+					return int(i), j, seq
+				}
+			}
+		}
+		if bk.passed == 0 {
+			return -1, 0, 0
 		}
 	}
 }
@@ -195,7 +222,7 @@ func (m *memory[V]) get(h uint64, id string) (*memRec[V], bool) {
 // lookup returns id's record, nil if there is none, and whether it is
 // remembered (not expired).
 func (m *memory[V]) lookup(h uint64, id string) (*memRec[V], bool) {
-	i, seq := m.find(h, id)
+	i, _, seq := m.find(h, id)
 	if i < 0 {
 		return nil, false
 	}
@@ -205,11 +232,26 @@ func (m *memory[V]) lookup(h uint64, id string) (*memRec[V], bool) {
 
 // del forgets id.
 func (m *memory[V]) del(h uint64, id string) {
-	if i, seq := m.find(h, id); i >= 0 {
-		m.deleteSlot(i)
-		m.rec(seq).dead = true
+	if i, j, seq := m.find(h, id); i >= 0 {
+		r := m.rec(seq)
+		m.buckets[i].s[j] = 0
+		m.unpass(r)
+		r.dead = true
 		m.live--
 		m.gone++
+	}
+}
+
+// unpass takes r's slot off the counts of the buckets it passed.
+func (m *memory[V]) unpass(r *memRec[V]) {
+	if r.dist == 0 {
+		return
+	}
+	mask := uint32(len(m.buckets) - 1)
+	i := slotTag(r.h) & mask
+	for range r.dist {
+		m.buckets[i].passed--
+		i = (i + 1) & mask
 	}
 }
 
@@ -223,7 +265,10 @@ func (m *memory[V]) put(h uint64, id string, exp int64, fresh bool) *memRec[V] {
 	if m.tail-m.head == uint64(m.limit) {
 		m.popHead()
 	}
-	pos := int(m.tail % uint64(m.limit))
+	pos := m.tpos
+	if m.tpos++; m.tpos == m.limit {
+		m.tpos = 0
+	}
 	blk := &m.blocks[pos>>memBlockShift]
 	if *blk == nil {
 		*blk = make([]memRec[V], min(memBlock, m.limit-pos))
@@ -233,19 +278,41 @@ func (m *memory[V]) put(h uint64, id string, exp int64, fresh bool) *memRec[V] {
 	seq := m.tail
 	m.tail++
 	m.live++
-	m.index(h, seq)
+	if m.live > memLoad*len(m.buckets) {
+		m.resize(max(8, 2*len(m.buckets)))
+	}
+	r.dist = m.index(h, seq)
+	if m.tail&m.cleanMask == 0 {
+		m.cleanBucket()
+	}
 	return r
+}
+
+// cleanBucket empties the stale slots of the cleaner's next bucket.
+func (m *memory[V]) cleanBucket() {
+	bk := &m.buckets[m.clean&(len(m.buckets)-1)]
+	m.clean++
+	held, t32 := uint32(m.tail-m.head), uint32(m.tail)
+	for j, s := range &bk.s {
+		if s != 0 && t32-uint32(s)-1 >= held {
+			bk.s[j] = 0
+		}
+	}
 }
 
 // popHead drops the oldest record (its slot goes stale by itself), telling
 // onDrop unless it had been deleted.
 func (m *memory[V]) popHead() {
-	r := m.rec(m.head)
+	r := &m.blocks[m.hpos>>memBlockShift][m.hpos&(memBlock-1)]
+	if m.hpos++; m.hpos == m.limit {
+		m.hpos = 0
+	}
 	m.head++
 	if r.dead {
 		m.gone--
 	} else {
 		m.live--
+		m.unpass(r)
 		if m.onDrop != nil {
 			m.onDrop(r)
 		}
@@ -269,96 +336,64 @@ func (m *memory[V]) sweep(now int64) {
 // dropped.
 func (m *memory[V]) len() int { return m.live }
 
-// index adds the slot of record seq (handle h) in the first empty or stale
-// slot from its home, after a few steps of the cleaner.
-func (m *memory[V]) index(h uint64, seq uint64) {
-	if 2*m.live > len(m.slots) {
-		m.resize(max(64, 2*len(m.slots)))
-	} else if 10*m.used > 7*len(m.slots) {
-		m.resize(len(m.slots))
-	}
-	m.cleanSome()
-	mask := uint64(len(m.slots) - 1)
-	tag := slotTag(h)
-	i := uint64(tag) & mask
-	for {
-		s := m.slots[i]
-		if s == 0 {
-			m.used++
-			break
+// index puts the slot of record seq (handle h) in the first empty or stale
+// slot of its home bucket or, if it has none, of the first later bucket
+// that has one, and returns how many buckets it passed.
+func (m *memory[V]) index(h uint64, seq uint64) uint32 {
+	word := uint64(slotTag(h))<<32 | uint64(uint32(seq))
+	mask := uint32(len(m.buckets) - 1)
+	i := slotTag(h) & mask
+	held, t32 := uint32(m.tail-m.head), uint32(m.tail)
+	for dist := uint32(0); ; dist++ {
+		bk := &m.buckets[i]
+		for j, s := range &bk.s {
+			// Live: 1 <= tail-seq <= held (mod 2^32); so free when
+			// tail-seq-1 >= held, unsigned (an empty slot is too: the
+			// ring never holds 2^32 records).
+			if t32-uint32(s)-1 >= held || s == 0 {
+				bk.s[j] = word
+				return dist
+			}
 		}
-		if _, ok := m.seqOf(s); !ok {
-			break
-		}
+		bk.passed++
 		i = (i + 1) & mask
 	}
-	m.slots[i] = uint64(tag)<<32 | uint64(uint32(seq))
 }
 
-// cleanSome moves the cleaner over cleanPerPut slots, emptying stale ones.
-func (m *memory[V]) cleanSome() {
-	held, t32 := uint32(m.tail-m.head), uint32(m.tail)
-	for range cleanPerPut {
-		if m.clean >= len(m.slots) {
-			m.clean = 0
-		}
-		// Live: 1 <= tail-seq <= held (mod 2^32); so stale when
-		// tail-seq-1 >= held, unsigned.
-		if s := m.slots[m.clean]; s != 0 && t32-uint32(s)-1 >= held {
-			m.deleteSlot(m.clean)
-			continue // look again at what moved in
-		}
-		m.clean++
-	}
-}
-
-// touch loads the index line id's probe starts on (handle h) without
+// touch loads the index line id's lookup starts on (handle h) without
 // using it, so that a miss there overlaps the caller's other misses
 // instead of following them.
 func (m *memory[V]) touch(h uint64) uint64 {
-	if m.slots == nil {
+	if m.buckets == nil {
 		return 0
 	}
-	return m.slots[uint64(slotTag(h))&uint64(len(m.slots)-1)]
+	return m.buckets[slotTag(h)&uint32(len(m.buckets)-1)].s[0]
 }
 
-// deleteSlot empties slot i, shifting back later slots of its run whose
-// home is at or before it, so no lookup loses its way.
-func (m *memory[V]) deleteSlot(i int) {
-	mask := len(m.slots) - 1
-	for j := (i + 1) & mask; ; j = (j + 1) & mask {
-		s := m.slots[j]
-		if s == 0 {
-			break
-		}
-		home := int(s>>32) & mask
-		if (j-home)&mask >= (j-i)&mask {
-			m.slots[i] = s
-			i = j
-		}
-	}
-	m.slots[i] = 0
-	m.used--
-}
-
-// resize rebuilds the index with n slots, leaving stale slots out.
+// resize rebuilds the index with n buckets, leaving stale slots out, and
+// records each live record's new distance from its home. It reads the old
+// index in order and the ring only where a distance changed: rehashing
+// from the records would cost a cache miss each.
 func (m *memory[V]) resize(n int) {
-	old := m.slots
-	m.slots = make([]uint64, n)
-	m.used, m.clean = 0, 0
-	mask := uint64(n - 1)
-	for _, s := range old {
-		if s == 0 {
-			continue
+	old := m.buckets
+	m.buckets = make([]memBucket, n)
+	m.cleanMask = cleanCycle/uint64(n) - 1
+	oldMask := uint32(len(old) - 1)
+	for i := range old {
+		for _, s := range &old[i].s {
+			if s == 0 {
+				continue
+			}
+			seq, ok := m.seqOf(s)
+			if !ok {
+				continue
+			}
+			// The slot's tag is all index needs of the handle: the
+			// record itself is read only if its distance changed.
+			was := (uint32(i) - uint32(s>>32)) & oldMask
+			if dist := m.index(s&^0xffffffff, seq); dist != was {
+				m.rec(seq).dist = dist
+			}
 		}
-		if _, ok := m.seqOf(s); !ok {
-			continue
-		}
-		i := (s >> 32) & mask
-		for m.slots[i] != 0 {
-			i = (i + 1) & mask
-		}
-		m.slots[i] = s
-		m.used++
 	}
 }

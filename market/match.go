@@ -186,10 +186,10 @@ func (b *Book) Take(dst []Fill, o *Order, now time.Time, agree func(*Match) stri
 	if o.ID == "" {
 		return dst, fmt.Errorf("%w: no ID", ErrOrderSchema)
 	}
+	h := b.early(o)
 	if err := b.admit(o, now); err != nil {
 		return dst, err
 	}
-	h := b.hash(o.ID)
 	prior, rec, err := b.prior(o, h)
 	if err != nil {
 		return dst, err
@@ -213,20 +213,22 @@ func (b *Book) Take(dst []Fill, o *Order, now time.Time, agree func(*Match) stri
 		if id == "" {
 			continue
 		}
+		fh := b.hash(id)
+		// Load the fill's index line and the resting order's tomb line
+		// together, and check the fill while they come: the misses
+		// overlap each other and the work.
+		b.sink += b.fills.touch(fh) + b.tombs.touch(ents[k].h)
 		f := m.Fill(o, now)
 		f.ID = id
 		if err := validateFill(&f); err != nil {
 			return dst, err
 		}
-		fh := b.hash(id)
-		// Load the fill's index line and the resting order's tomb line
-		// together: the two misses overlap.
-		b.sink += b.fills.touch(fh) + b.tombs.touch(ents[k].h)
-		if _, ok := b.fills.get(fh, id); ok {
+		r, ok := b.fills.lookup(fh, id)
+		if ok {
 			return dst, ErrDuplicate
 		}
 		b.reduce(ents[k], m.Quantity)
-		b.record(fh, &f)
+		b.record(fh, &f, r == nil)
 		took += m.Quantity
 		dst = append(dst, f)
 	}
@@ -323,7 +325,8 @@ func (b *Book) ApplyFill(f Fill) error {
 		return err
 	}
 	fh := b.hash(f.ID)
-	if _, ok := b.fills.get(fh, f.ID); ok {
+	r, ok := b.fills.lookup(fh, f.ID)
+	if ok {
 		return ErrDuplicate
 	}
 	bh, ah := b.hash(f.BidID), b.hash(f.AskID)
@@ -342,14 +345,15 @@ func (b *Book) ApplyFill(f Fill) error {
 	}
 	b.applyLeg(bid, bh, f.BidID, Bid, f.Buyer, &f)
 	b.applyLeg(ask, ah, f.AskID, Ask, f.Provider, &f)
-	b.record(fh, &f)
+	b.record(fh, &f, r == nil)
 	return nil
 }
 
 // record remembers an applied fill (handle fh) and moves the spot price if
-// it is the latest.
-func (b *Book) record(fh uint64, f *Fill) {
-	b.fills.put(fh, f.ID, f.Time.UnixNano()+int64(fillMemory), false)
+// it is the latest; fresh says the memory holds no record of its ID,
+// expired or not.
+func (b *Book) record(fh uint64, f *Fill, fresh bool) {
+	b.fills.put(fh, f.ID, f.Time.UnixNano()+int64(fillMemory), fresh)
 	if !b.hasLast || f.Time.After(b.last.Time) || (f.Time.Equal(b.last.Time) && f.ID > b.last.ID) {
 		b.last, b.hasLast = *f, true
 	}

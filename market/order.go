@@ -273,9 +273,9 @@ func (o *Order) validate(now time.Time, currency bool) error {
 		return fmt.Errorf("%w: client key of %d bytes", ErrOrderSchema, len(o.ClientKey))
 	case !o.Expires.After(now):
 		return fmt.Errorf("%w at %s", ErrOrderExpired, o.Expires.UTC().Format(time.RFC3339))
-	case o.Expires.Sub(now) > MaxOrderTTL:
+	case o.Expires.After(now.Add(MaxOrderTTL)): // Sub(now) > MaxOrderTTL, without Sub's overflow checks
 		return fmt.Errorf("%w: %s ahead, limit %s", ErrOrderFarFuture, o.Expires.Sub(now).Round(time.Second), MaxOrderTTL)
-	case o.Created.IsZero() || o.Created.Sub(now) > MaxClockSkew || !o.Expires.After(o.Created):
+	case o.Created.IsZero() || o.Created.After(now.Add(MaxClockSkew)) || !o.Expires.After(o.Created):
 		return fmt.Errorf("%w: created %s", ErrOrderFromFuture, o.Created.UTC().Format(time.RFC3339))
 	case !o.LeaseType.valid():
 		return fmt.Errorf("%w: %d", ErrOrderLeaseType, o.LeaseType)

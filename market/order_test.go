@@ -287,3 +287,37 @@ func (r *byteReader) str(max int) string {
 func (r *byteReader) pick(s ...string) string { return s[int(r.byte())%len(s)] }
 
 func (r *byteReader) done() bool { return r.off >= len(r.data) }
+
+// TestValidateTimeBounds holds Validate's expiry and creation bounds to
+// their definitions with Sub (which saturates instead of overflowing), at
+// the boundaries and at the far ends of time.
+func TestValidateTimeBounds(t *testing.T) {
+	now := bookT0
+	far := []time.Time{time.Unix(1<<62, 0), time.Unix(-1<<62, 0), time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)}
+	var times []time.Time
+	for _, d := range []time.Duration{MaxOrderTTL, MaxClockSkew, 0} {
+		for _, e := range []time.Duration{-time.Nanosecond, 0, time.Nanosecond} {
+			times = append(times, now.Add(d+e))
+		}
+	}
+	times = append(times, far...)
+	for _, exp := range times {
+		for _, created := range times {
+			o := testBid("o", "u", 1, 1_000_000)
+			o.Expires, o.Created = exp, created
+			err := o.Validate(now)
+			var want error
+			switch {
+			case !exp.After(now):
+				want = ErrOrderExpired
+			case exp.Sub(now) > MaxOrderTTL:
+				want = ErrOrderFarFuture
+			case created.IsZero() || created.Sub(now) > MaxClockSkew || !exp.After(created):
+				want = ErrOrderFromFuture
+			}
+			if (want == nil) != (err == nil) || (want != nil && !errors.Is(err, want)) {
+				t.Errorf("expires %s, created %s: Validate() = %v, want %v", exp, created, err, want)
+			}
+		}
+	}
+}
