@@ -17,6 +17,7 @@ import (
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/internal/exchange"
 	"github.com/suanli/suanli/node/internal/store"
+	"github.com/suanli/suanli/node/internal/trade"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -344,7 +345,7 @@ func (n *Node) handleResaleTake(ctx context.Context, from peer.ID, take *proto.T
 	if err != nil {
 		return reject(rerr("schema", "%v", err))
 	}
-	hctx, cancel := context.WithTimeout(ctx, acceptWindow)
+	hctx, cancel := context.WithTimeout(ctx, trade.AcceptWindow)
 	kind, body, err := p2p.SendReceiptMessage(hctx, n.host, r.peer, p2p.FrameHandover, hEnv)
 	cancel()
 	switch {
