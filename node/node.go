@@ -23,6 +23,7 @@ import (
 	"github.com/suanli/suanli/node/internal/attestor"
 	"github.com/suanli/suanli/node/internal/exchange"
 	"github.com/suanli/suanli/node/internal/httpapi"
+	"github.com/suanli/suanli/node/internal/resale"
 	"github.com/suanli/suanli/node/internal/store"
 	"github.com/suanli/suanli/node/internal/trade"
 	"github.com/suanli/suanli/p2p"
@@ -272,8 +273,9 @@ type Node struct {
 	books           *exchange.Books // the market replicas and their gossip (book.go)
 	offers          *exchange.Offers
 	billingInterval time.Duration
-	trade           *trade.Trader  // the take protocol, as taker and maker (wire_trade.go)
-	inflight        trade.Inflight // GPUs of own orders in takes in flight, as taker or maker
+	trade           *trade.Trader   // the take protocol, as taker and maker (wire_trade.go)
+	resale          *resale.Manager // resales of reserved time (wire_trade.go)
+	inflight        trade.Inflight  // GPUs of own orders in takes in flight, as taker or maker
 	// ownMu guards own, the node's own orders and what became of them. It
 	// is a leaf: taken after tradeMu and the books lock (a fill records
 	// itself here from inside the books lock), and nothing is locked or
@@ -424,7 +426,7 @@ func New(opts ...Option) (_ *Node, err error) {
 	}
 	n.books = n.newBooks(o.sweepEvery, o.maxResting)
 	n.books.Start(n.ctx)
-	n.trade = n.newTrader()
+	n.trade, n.resale = n.newTrader(), n.newResale()
 	p2p.HandleTakes(n.host, n.handleTake)
 	p2p.HandleSync(n.host, n.books.AnswerSync)
 	if err := n.startLeases(o); err != nil {

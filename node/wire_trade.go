@@ -2,11 +2,14 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/internal/resale"
 	"github.com/suanli/suanli/node/internal/trade"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
@@ -104,8 +107,133 @@ func (w tradeNode) VictimEnd(lease string) (time.Time, bool) {
 	return market.LeaseEnd(r.terms), true
 }
 func (w tradeNode) ResaleTake(ctx context.Context, from peer.ID, take *proto.Take, takeEnv []byte, takeID string) (*proto.TradeReply, bool) {
-	return w.n.handleResaleTake(ctx, from, take, takeEnv, takeID)
+	return w.n.resale.HandleTake(ctx, from, take, takeEnv, takeID)
 }
 func (w tradeNode) TakeResale(o *market.Order, m market.Match, takeEnv, askEnv []byte, rep *proto.ResaleReply) (uint32, error) {
-	return w.n.takeResale(o, m, takeEnv, askEnv, rep)
+	return w.n.resale.TakeResale(o, m, takeEnv, askEnv, rep)
 }
+
+// newResale builds the node's side of resales.
+func (n *Node) newResale() *resale.Manager {
+	return resale.New(resale.Config{
+		Host: n.host, Key: n.key, Store: n.store, Books: n.books, Now: n.now, Log: n.log,
+		Rejects: n.metrics.rejects, Node: resaleNode{n},
+	})
+}
+
+// Forwarders for the other files of node.
+
+func (n *Node) placeResale(ctx context.Context, req api.OrderRequest) (api.OrderView, error) {
+	return n.resale.Place(ctx, req)
+}
+func (n *Node) askFactsOf(ctx context.Context, o *market.Order, po *proto.Order) error {
+	return n.resale.AskFacts(ctx, o, po)
+}
+func (n *Node) takeHandover(from peer.ID, env []byte) ([]byte, error) {
+	return n.resale.TakeHandover(from, env)
+}
+func (n *Node) takePremiumCountersign(from peer.ID, env []byte) error {
+	return n.resale.TakePremiumCountersign(from, env)
+}
+func (n *Node) resaleView(id string) *api.ResaleView { return n.resale.View(id) }
+
+// resaleNode is the rest of the node as package resale sees it.
+type resaleNode struct{ n *Node }
+
+var _ resale.Node = resaleNode{}
+
+// Lease: a lease adapter (r.mu, r.rec, r.terms, r.ml, r.peer).
+func (w resaleNode) Lease(id string) (resale.Lease, error) {
+	r, err := w.n.leaseRun(id)
+	if err != nil {
+		return resale.Lease{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return resale.Lease{ID: r.id, Peer: r.peer, Role: r.rec.Role, Terms: r.terms, State: r.ml.State, Fill: r.rec.Fill}, nil
+}
+
+// EndResold: a lease adapter (r.mu, r.ml, endLocked, poke, runLease).
+func (w resaleNode) EndResold(id string, at time.Time, note string) {
+	r, err := w.n.leaseRun(id)
+	if err != nil {
+		return
+	}
+	r.mu.Lock()
+	if r.ml.State == market.LeaseRunning {
+		w.n.endLocked(r, market.CloseResold, at, note)
+	}
+	r.mu.Unlock()
+	r.poke()
+	w.n.runLease(r)
+}
+
+// HandOver: a lease adapter (r.mu, r.rec, r.ml, endLocked).
+func (w resaleNode) HandOver(id string, fn func(billedTo time.Time) (time.Time, string, error)) (time.Time, error) {
+	r, err := w.n.leaseRun(id)
+	if err != nil {
+		return time.Time{}, &market.ResaleError{Label: "unknown-lease", Reason: err.Error()}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ml.State != market.LeaseRunning {
+		return time.Time{}, &market.ResaleError{Label: "ended", Reason: fmt.Sprintf("lease %s is %s", r.id, r.ml.State)}
+	}
+	at, note, err := fn(time.UnixMilli(max(r.ml.Chain.WindowEndUnixMs, r.ml.StartedAt.UnixMilli())))
+	if err != nil {
+		return time.Time{}, err
+	}
+	w.n.endLocked(r, market.CloseResold, at, note)
+	return r.ml.ClosedAt, nil
+}
+
+// ResoldClosed: a lease adapter (poke, runLease, sendClose).
+func (w resaleNode) ResoldClosed(id string, at time.Time) {
+	r, err := w.n.leaseRun(id)
+	if err != nil {
+		return
+	}
+	r.poke()
+	w.n.runLease(r)
+	w.n.sendClose(r, market.CloseResold, at)
+}
+func (w resaleNode) StartLease(ev *p2p.BookEvent) { w.n.leaseFromFill(ev) }
+
+// ResaleOf and AddOwn: the own orders (ownMu, own).
+func (w resaleNode) ResaleOf(order string) string {
+	w.n.ownMu.Lock()
+	defer w.n.ownMu.Unlock()
+	if oo := w.n.own[order]; oo != nil {
+		return oo.req.Resell
+	}
+	return ""
+}
+func (w resaleNode) AddOwn(o *market.Order, env []byte, req api.OrderRequest) {
+	w.n.ownMu.Lock()
+	defer w.n.ownMu.Unlock()
+	w.n.own[o.ID] = &ownOrder{order: *o, env: env, status: "resting", req: req}
+}
+func (w resaleNode) OwnFilled(f market.Fill, l *proto.Lease) { w.n.ownFilled(f, l) }
+func (w resaleNode) Order(ctx context.Context, id string) (api.OrderView, error) {
+	return w.n.Order(ctx, id)
+}
+func (w resaleNode) CancelOrder(ctx context.Context, id string) (api.OrderView, error) {
+	return w.n.CancelOrder(ctx, id)
+}
+func (w resaleNode) JoinMarket(ctx context.Context, mkt string) error {
+	return w.n.JoinMarket(ctx, mkt)
+}
+func (w resaleNode) PublishBook(ctx context.Context, mkt string, m *proto.BookMessage, ev *p2p.BookEvent) error {
+	return w.n.publishBook(ctx, mkt, m, ev)
+}
+func (w resaleNode) AskFacts(ctx context.Context, o *market.Order, seq uint64) error {
+	return w.n.askFacts(ctx, o, seq)
+}
+func (w resaleNode) OfferOf(ctx context.Context, p peer.ID, minSeq uint64) (*proto.Offer, error) {
+	return w.n.offerOf(ctx, p, minSeq)
+}
+func (w resaleNode) AttestedLevel(ctx context.Context, p peer.ID, offer *proto.Offer) string {
+	return w.n.attestedLevel(ctx, p, offer)
+}
+func (w resaleNode) Spawn(fn func()) bool     { return w.n.spawn(fn) }
+func (w resaleNode) Context() context.Context { return w.n.ctx }
