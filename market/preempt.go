@@ -40,6 +40,18 @@ type Preemptible struct {
 	Since time.Time
 }
 
+// CanPreempt reports whether a trade of type t at price (per GPU-hour,
+// micro-units) may interrupt running lease l: l is a spot lease holding
+// GPUs, and a spot trade pays at least marginBP more per GPU-hour than l.
+// It is the one statement of the rule: ChoosePreempted's candidates and
+// the GPUs a provider's ask may sell beyond its free ones both use it.
+func CanPreempt(l Preemptible, t LeaseType, price, marginBP int64) bool {
+	if !l.Type.Interruptible() || len(l.GPUs) == 0 {
+		return false
+	}
+	return !t.Interruptible() || price*10_000 >= l.Price*(10_000+marginBP) // a spot trade must pay the margin more
+}
+
 // ChoosePreempted picks the leases to interrupt so that need more GPUs
 // come free for a trade of type t at price, given free GPUs already free.
 // It returns the victims (lowest price first) and the GPUs the trade gets
@@ -59,13 +71,9 @@ func ChoosePreempted(running []Preemptible, free []string, need int, t LeaseType
 	}
 	var cands []Preemptible
 	for _, l := range running {
-		if !l.Type.Interruptible() || len(l.GPUs) == 0 {
-			continue
+		if CanPreempt(l, t, price, marginBP) {
+			cands = append(cands, l)
 		}
-		if t.Interruptible() && price*10_000 < l.Price*(10_000+marginBP) {
-			continue // a spot trade must pay the margin more
-		}
-		cands = append(cands, l)
 	}
 	slices.SortStableFunc(cands, func(a, b Preemptible) int {
 		if c := cmpInt64(a.Price, b.Price); c != 0 {

@@ -151,13 +151,11 @@ func (n *Node) buildOrder(req api.OrderRequest) (*market.Order, *proto.Order, er
 			return nil, nil, err
 		}
 		avail := len(free)
-		if !o.LeaseType.Interruptible() {
-			// An on-demand or reserved ask may sell GPUs that spot leases
-			// hold: a take of it preempts them (preempt.go).
-			for _, p := range n.preemptible(o.Market) {
-				if p.Type.Interruptible() {
-					avail += len(p.GPUs)
-				}
+		// An ask may sell GPUs that spot leases hold when a take of it
+		// would preempt them (market.CanPreempt, as the take's choice).
+		for _, p := range n.preemptible(o.Market) {
+			if market.CanPreempt(p, o.LeaseType, o.Price, n.preemptMargin) {
+				avail += len(p.GPUs)
 			}
 		}
 		if uint32(avail) < o.Quantity {
@@ -420,4 +418,32 @@ func (n *Node) CancelOrder(ctx context.Context, id string) (_ api.OrderView, err
 		n.log.Warn("publishing cancel failed", "order", id, "err", err)
 	}
 	return n.Order(ctx, id)
+}
+
+// requeue puts a preempted spot bid that asked for it back on the book
+// for what was left of its lease.
+func (n *Node) requeue(bidID string, left time.Duration) {
+	n.ownMu.Lock()
+	oo := n.own[bidID]
+	var req api.OrderRequest
+	ok := oo != nil && oo.requeue
+	if ok {
+		req = oo.req
+	}
+	n.ownMu.Unlock()
+	left = left.Truncate(time.Second)
+	if !ok || left < time.Second {
+		return
+	}
+	req.Duration, req.ClientKey, req.IOC = left.String(), "", false
+	n.spawn(func() {
+		ctx, cancel := context.WithTimeout(n.ctx, time.Minute)
+		defer cancel()
+		o, err := n.PlaceOrder(ctx, req)
+		if err != nil && !errors.Is(err, context.Canceled) {
+			n.log.Warn("re-queueing a preempted bid failed", "bid", bidID, "err", err)
+			return
+		}
+		n.log.Info("preempted bid re-queued", "bid", bidID, "new", o.ID, "duration", req.Duration)
+	})
 }

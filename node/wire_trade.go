@@ -88,24 +88,72 @@ func (w tradeNode) TermsFailed(lease string, err error) {
 	}
 	w.n.storeFailed(&storeError{what: "lease terms", err: err}, lease)
 }
-func (w tradeNode) OwnFilled(order string) uint32               { return w.n.ownFilledQty(order) }
-func (w tradeNode) OwnFailed(order string, err error)           { w.n.ownFailed(order, err) }
-func (w tradeNode) Preemptible(mkt string) []market.Preemptible { return w.n.preemptible(mkt) }
-func (w tradeNode) PreemptionEnd(victims []market.Preemptible, now time.Time) time.Time {
-	return w.n.preemptionEnd(victims, now)
-}
-func (w tradeNode) Preempt(victims []market.Preemptible, forLease string, now time.Time) {
-	w.n.preempt(victims, forLease, now)
+func (w tradeNode) OwnFilled(order string) uint32     { return w.n.ownFilledQty(order) }
+func (w tradeNode) OwnFailed(order string, err error) { w.n.ownFailed(order, err) }
+
+// preemptibleLocked is whether lease r may still be preempted: it runs
+// and was not preempted before. The one statement of it, for both sides.
+// Holds r.mu.
+func preemptibleLocked(r *leaseRun) bool {
+	return r.ml.State == market.LeaseRunning && r.rec.PreemptAt.IsZero()
 }
 
-// VictimEnd: a lease adapter (r.terms).
-func (w tradeNode) VictimEnd(lease string) (time.Time, bool) {
-	r, err := w.n.leaseRun(lease)
-	if err != nil {
-		return time.Time{}, false
+// Preemptible: a lease adapter (n.leases.runs, r.mu, r.rec, r.ml, r.terms).
+func (w tradeNode) Preemptible(mkt string) []market.Preemptible {
+	n := w.n
+	n.leases.mu.Lock()
+	defer n.leases.mu.Unlock()
+	var out []market.Preemptible
+	for _, r := range n.leases.runs {
+		r.mu.Lock()
+		if r.rec.Role == market.RoleProvider && r.terms.Market == mkt && preemptibleLocked(r) {
+			out = append(out, market.Preemptible{ID: r.id, GPUs: r.terms.Gpus, Price: r.terms.PriceMicros,
+				Type: market.LeaseType(r.terms.LeaseType), Since: r.ml.StartedAt})
+		}
+		r.mu.Unlock()
 	}
-	return market.LeaseEnd(r.terms), true
+	return out
 }
+
+// LeaseOf: a lease adapter (r.rec, r.peer, r.terms).
+func (w tradeNode) LeaseOf(id string) (market.Role, peer.ID, *proto.Lease, bool) {
+	r, err := w.n.leaseRun(id)
+	if err != nil {
+		return 0, "", nil, false
+	}
+	return r.rec.Role, r.peer, r.terms, true
+}
+
+// MarkPreempted: a lease adapter (r.mu, r.rec, r.ml, r.exec, putRecordLocked, poke).
+func (w tradeNode) MarkPreempted(id string, at time.Time, note string) (trade.Preempted, bool) {
+	r, err := w.n.leaseRun(id)
+	if err != nil {
+		return trade.Preempted{}, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !preemptibleLocked(r) {
+		return trade.Preempted{}, false
+	}
+	r.rec.PreemptAt, r.rec.Note = at, note
+	w.n.putRecordLocked(r)
+	l := trade.Preempted{Peer: r.peer, BidID: r.rec.BidID, Poke: r.poke}
+	if ex := r.exec; ex != nil && r.rec.Role == market.RoleProvider {
+		l.Stop = func(grace time.Duration) { ex.Stop(grace) }
+	}
+	return l, true
+}
+func (w tradeNode) Requeue(bidID string, left time.Duration) { w.n.requeue(bidID, left) }
+
+// takePreemption is the buyer's side of a notice (trade.Trader.TakePreemption).
+func (n *Node) takePreemption(from peer.ID, env []byte) error {
+	return n.trade.TakePreemption(from, env)
+}
+
+// preemptible lists this provider's running spot leases in mkt not yet
+// preempted.
+func (n *Node) preemptible(mkt string) []market.Preemptible { return tradeNode{n}.Preemptible(mkt) }
+
 func (w tradeNode) ResaleTake(ctx context.Context, from peer.ID, take *proto.Take, takeEnv []byte, takeID string) (*proto.TradeReply, bool) {
 	return w.n.resale.HandleTake(ctx, from, take, takeEnv, takeID)
 }

@@ -234,7 +234,7 @@ func (t *Trader) answerTake(ctx context.Context, from peer.ID, take *proto.Take,
 		return reject("storing lease: %v", err)
 	}
 	t.Books.ApplyFill(ev)
-	t.Node.Preempt(victims, takeID, now)
+	t.preempt(victims, takeID, now)
 	t.Node.CapacityChanged() // GPUs leased
 	t.Node.Spawn(func() {
 		pctx, cancel := context.WithTimeout(t.Node.Context(), 10*time.Second)
@@ -370,7 +370,7 @@ func (t *Trader) chooseTake(take *proto.Take, takeID string, to *market.Order, f
 		}
 		// The GPUs come free when the victims' notice runs out: the
 		// lease starts then.
-		lease.StartUnixMs = t.Node.PreemptionEnd(victims, now).UnixMilli()
+		lease.StartUnixMs = t.preemptionEnd(victims, now).UnixMilli()
 	}
 	lease.Gpus = gpus[:take.Quantity]
 	end := time.UnixMilli(lease.StartUnixMs).Add(dur + time.Minute)
@@ -410,8 +410,8 @@ func (t *Trader) unreserve(gpus []string, lease string, victims []market.Preempt
 		t.Node.StoreFailed("GPU release", err, lease) // the hold lapses by itself
 	}
 	for _, v := range victims {
-		if end, ok := t.Node.VictimEnd(v.ID); ok {
-			if err := t.Store.ReserveGPUs(v.GPUs, v.ID, end.Add(time.Minute)); err != nil {
+		if _, _, terms, ok := t.Node.LeaseOf(v.ID); ok {
+			if err := t.Store.ReserveGPUs(v.GPUs, v.ID, market.LeaseEnd(terms).Add(time.Minute)); err != nil {
 				t.Node.StoreFailed("GPU hold", err, v.ID)
 			}
 		}

@@ -82,15 +82,18 @@ type Node interface {
 	// OwnFailed records why a take of it failed.
 	OwnFilled(order string) uint32
 	OwnFailed(order string, err error)
-	// Preemptible lists this provider's spot leases in mkt a trade may
-	// preempt; PreemptionEnd is when the victims' notice runs out;
-	// Preempt interrupts them for lease forLease; VictimEnd is when a
-	// victim's own lease ends (its GPUs are held back to then when a
-	// trade fails).
+	// Preemptible lists this provider's running spot leases in mkt not
+	// yet preempted.
 	Preemptible(mkt string) []market.Preemptible
-	PreemptionEnd(victims []market.Preemptible, now time.Time) time.Time
-	Preempt(victims []market.Preemptible, forLease string, now time.Time)
-	VictimEnd(lease string) (time.Time, bool)
+	// LeaseOf is this node's role in lease id, its counterparty and terms.
+	LeaseOf(id string) (role market.Role, counterparty peer.ID, terms *proto.Lease, ok bool)
+	// MarkPreempted records, while lease id runs and was not preempted
+	// before, that it is preempted, ending at at, with note; ok is false
+	// otherwise.
+	MarkPreempted(id string, at time.Time, note string) (l Preempted, ok bool)
+	// Requeue puts a preempted bid that asked for it back on the book for
+	// left, what was left of its lease.
+	Requeue(bidID string, left time.Duration)
 	// ResaleTake answers a take of a resale ask; ok is false when the
 	// take is not of one. TakeResale is the taker's side of the reply.
 	ResaleTake(ctx context.Context, from peer.ID, take *proto.Take, takeEnv []byte, takeID string) (reply *proto.TradeReply, ok bool)
