@@ -43,6 +43,11 @@ func (n *Node) handleTake(ctx context.Context, from peer.ID, env []byte) *proto.
 	return n.trade.HandleTake(ctx, from, env)
 }
 
+// passedOver explains o's untaken crossing orders (trade.PassedOver).
+func (n *Node) passedOver(o market.Order, left uint32) []api.PassView {
+	return trade.PassedOver(n.books, o, left, n.now())
+}
+
 // tradeNode is the rest of the node as package trade sees it.
 type tradeNode struct{ n *Node }
 
