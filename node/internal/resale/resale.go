@@ -123,39 +123,6 @@ func shortID(p peer.ID) string {
 	return s
 }
 
-// Resale of reserved time (market/resale.go has the rules). Three parties:
-// the holder H of reserved lease L (provider P → H), the provider P, and a
-// new buyer B.
-//
-//  1. H places a reserved ask naming L (OrderRequest.Resell): the ask
-//     carries L's signed terms (proto.Order.resell), sells L's GPUs all
-//     or none for the rest of its block (its max duration; a bid taking
-//     it must want all that is left), and only rests. Replicas take its
-//     facts (region, attestation, memory) from P's offer (resaleFacts).
-//  2. B's bid takes it from H as any ask (trade stream, proto.Take).
-//  3. H signs a proto.Handover of L to B naming B's take and sends it to P
-//     on the lease protocol (p2p.FrameHandover).
-//  4. P checks it (L reserved, H its buyer, running, not resold before —
-//     the handover is stored in one Badger transaction with the new
-//     lease's terms, so a second is refused), moves the GPUs' hold from L
-//     to L', ends L as resold at the handover t, and answers with its
-//     sealed proto.Accept of L' (P → B, the same GPUs from t to the block's
-//     end at L's price; ID: B's take's CID).
-//  5. H checks the accept, ends L as resold at t, signs the
-//     proto.Premium ((ask price − L's price) × GPUs × (end − t)) and
-//     answers B's take with a proto.ResaleReply: accept, handover,
-//     premium.
-//  6. B checks the accept is L's provider's and its lease is L's rest, the
-//     handover and the premium, countersigns the premium, stores the
-//     record and starts L'; the countersignature goes to H
-//     (p2p.FramePremium), which stores the same record.
-//
-// Keys (synced writes):
-//
-//	handover/<lease>        on P: proto.ResaleReply (handover, accept) of the lease resold
-//	resale/sold/<lease>     on H: proto.SignedPremium of the lease it resold
-//	resale/bought/<lease>   on B: proto.SignedPremium of the lease it bought by resale
-
 // claim marks lease as being handed over, so the holder never hands a
 // lease over twice at once; ok is false when it already is.
 func (m *Manager) claim(lease string) (release func(), ok bool) {
