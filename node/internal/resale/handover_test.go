@@ -49,9 +49,12 @@ func (p *provider) StartLease(ev *p2p.BookEvent)   { p.started = append(p.starte
 func (p *provider) ResoldClosed(string, time.Time) {}
 
 // count is rejects{handover,reason}.
-func count(v *prometheus.CounterVec, reason string) float64 {
+func count(v *prometheus.CounterVec, reason string) float64 { return countOf(v, "handover", reason) }
+
+// countOf is rejects{kind,reason}.
+func countOf(v *prometheus.CounterVec, kind, reason string) float64 {
 	var m dto.Metric
-	if err := v.WithLabelValues("handover", reason).Write(&m); err != nil {
+	if err := v.WithLabelValues(kind, reason).Write(&m); err != nil {
 		panic(err)
 	}
 	return m.GetCounter().GetValue()
