@@ -277,7 +277,7 @@ type Node struct {
 	resale          *resale.Manager // resales of reserved time (wire_trade.go)
 	inflight        trade.Inflight  // GPUs of own orders in takes in flight, as taker or maker
 	// ownMu guards own, the node's own orders and what became of them. It
-	// is a leaf: taken after tradeMu and the books lock (a fill records
+	// is a leaf: taken after the trade lock and the books lock (a fill records
 	// itself here from inside the books lock), and nothing is locked or
 	// called out to while it is held (TestOrderViewWhileFillsApply).
 	ownMu           sync.Mutex

@@ -54,9 +54,11 @@ func signedTake(t *testing.T, take *proto.Take) (peer.ID, []byte) {
 }
 
 // TestTakeAfterShutDoesNothing: once Shut has closed the takes gate, a
-// take, of a resale ask too, is not answered and touches nothing (this
-// Trader has no host, store or node: reaching them would panic). Before,
-// a resale take ran ahead of the gate, on a store Close may have closed.
+// take, of a resale ask too, is not answered, and this node makes none:
+// neither touches anything (this Trader has no host, books, store or
+// node: reaching them would panic). Before, a resale take ran ahead of the
+// gate, on a store Close may have closed, and a taker's GPU hold was
+// ordered before Close only by the trade lock.
 func TestTakeAfterShutDoesNothing(t *testing.T) {
 	id, env := signedTake(t, &proto.Take{Market: "nvidia-h100-sxm5-80gb", MakerOrderId: "resale-ask",
 		Quantity: 1, PriceMicros: 1, Currency: "USD", CreatedUnixMs: time.Now().UnixMilli()})
@@ -69,4 +71,8 @@ func TestTakeAfterShutDoesNothing(t *testing.T) {
 	if reply := tr.HandleTake(t.Context(), id, env); reply != nil {
 		t.Fatalf("a take after Shut was answered: %v", reply)
 	}
+	// Nor is one made: the take loop reaches no book, store or node.
+	now := time.Now()
+	tr.TakeLoop(t.Context(), &market.Order{ID: "bid", Side: market.Bid, Market: "nvidia-h100-sxm5-80gb", Currency: "USD", Quantity: 1,
+		Price: 1, Expires: now.Add(time.Hour)}, nil)
 }

@@ -17,16 +17,23 @@ import (
 // crosses, one maker at a time in priority order, skipping makers that
 // refuse or do not answer. No lock is held while waiting for a maker: two
 // nodes taking each other's orders at once cannot deadlock; one of them
-// is refused.
+// is refused. Each take runs inside the takes gate, as a take being
+// answered does: Shut waits for it before the store goes, and once Shut
+// no take starts.
 func (t *Trader) TakeLoop(ctx context.Context, o *market.Order, env []byte) {
 	skip := map[string]bool{}
 	for range maxTakeRounds {
+		if !t.takes.Enter() {
+			return // closing: the store may be going
+		}
 		m, key := t.nextMatch(o, skip)
 		if m == nil {
+			t.takes.Leave()
 			return
 		}
 		_, err := t.take(ctx, o, env, *m, key)
 		t.Inflight.Done(key) // unless its fill ended the count already
+		t.takes.Leave()
 		if err != nil {
 			t.Log.Info("take failed; trying the next order", "maker", short(m.Maker), "order", m.OrderID, "err", err)
 			t.Node.OwnFailed(o.ID, err)

@@ -136,7 +136,7 @@ type Trader struct {
 	choosing map[string]string // GPU UUID → the take that chose it
 	seq      atomic.Uint64     // keys of this node's own takes in Inflight
 	answers  Answers           // the takes answered lately
-	takes    Gate              // takes being answered; Shut closes it
+	takes    Gate              // takes being made or answered; Shut closes it
 }
 
 // New returns a Trader.
@@ -144,8 +144,9 @@ func New(c Config) *Trader {
 	return &Trader{Config: c, choosing: map[string]string{}}
 }
 
-// Shut stops answering takes, waits for those being answered, and runs
-// fn (the node closing its store) under the trade lock.
+// Shut stops making and answering takes, waits for those in flight
+// (their store writes with them), and runs fn (the node closing its
+// store) under the trade lock.
 func (t *Trader) Shut(fn func()) {
 	t.takes.Close()
 	t.mu.Lock()
