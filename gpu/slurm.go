@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -39,7 +40,8 @@ var ErrSlurm = errors.New("slurm command failed")
 const slurmTimeout = 30 * time.Second
 
 // Run runs one Slurm command with stdin (may be nil) and returns its
-// standard output. The command's environment is PATH and SLURM_CONF only:
+// standard output. The command's environment is PATH, TZ=UTC and
+// SLURM_CONF only:
 // nothing of the caller's (passphrases) reaches Slurm or, through sbatch's
 // --export=ALL, a job.
 func (s Slurm) Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
@@ -50,7 +52,9 @@ func (s Slurm) Run(ctx context.Context, stdin []byte, name string, args ...strin
 		bin = s.Bin + "/" + name
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"}
+	// TZ=UTC: the times scontrol reads and writes (reservations) are
+	// UTC, whatever the daemon's or the system's zone.
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8", "TZ=UTC"}
 	if s.Conf != "" {
 		cmd.Env = append(cmd.Env, "SLURM_CONF="+s.Conf)
 	}
@@ -159,6 +163,12 @@ type SlurmJob struct {
 	Start, End       time.Time // zero until known
 	TimeLimit        time.Duration
 	StdOut           string
+	// Reservation is the Slurm reservation the job runs in ("": none).
+	Reservation string
+	// HetJobID is the leader's ID when the job is a component of a
+	// heterogeneous job (the leader's own too); "" otherwise. Each
+	// component is listed with its own nodes and GPUs.
+	HetJobID string
 	// GPUs are the allocated gpu gres per node, Used holding the indices.
 	GPUs map[string][]SlurmGres
 }
@@ -176,6 +186,8 @@ type squeueJSON struct {
 		EndTime      int64       `json:"end_time"`
 		TimeLimit    int64       `json:"time_limit"`
 		StdOut       string      `json:"standard_output"`
+		ResvName     string      `json:"resv_name"`
+		HetJobID     int64       `json:"het_job_id"`
 		GresDetail   []string    `json:"gres_detail"`
 		JobResources struct {
 			AllocatedNodes []struct {
@@ -204,11 +216,14 @@ func ParseSqueue(b []byte) ([]SlurmJob, error) {
 	jobs := make([]SlurmJob, 0, len(doc.Jobs))
 	for _, j := range doc.Jobs {
 		job := SlurmJob{ID: j.JobID.String(), Name: j.Name, Comment: j.Comment, State: j.JobState,
-			Reason: j.StateReason, Partition: j.Partition, StdOut: j.StdOut,
+			Reason: j.StateReason, Partition: j.Partition, StdOut: j.StdOut, Reservation: j.ResvName,
 			TimeLimit: time.Duration(j.TimeLimit) * time.Minute}
 		// exit_code is the wait status: the exit code in the high byte,
 		// the signal in the low bits.
 		job.ExitCode, job.Signal = j.ExitCode>>8&0xff, j.ExitCode&0x7f
+		if j.HetJobID > 0 {
+			job.HetJobID = strconv.FormatInt(j.HetJobID, 10)
+		}
 		if j.StartTime > 0 {
 			job.Start = time.Unix(j.StartTime, 0)
 		}
@@ -368,14 +383,26 @@ type SlurmBackendConfig struct {
 	// the provider's own book. GPUs held by any other job belong to the
 	// cluster's own users and are not offered.
 	JobPrefix string
+	// MaxNodes is the most nodes one lease may span as one job, as the
+	// offer states it (SlurmFacts); 0: every node that sells GPUs.
+	MaxNodes int
+	// Local, when the daemon runs on a compute node, is that node's NVML
+	// (or a simulation of it): Telemetry samples it for the node's GPUs.
+	// LocalNode is the node's name in Slurm; default: the short host
+	// name. Slurm's gres index i on the node is NVML's device i (the
+	// order gres.conf lists /dev/nvidiaN, and AutoDetect=nvml, give).
+	Local     Backend
+	LocalNode string
 }
 
 // SlurmBackend is a Backend over a Slurm cluster: the GPUs are the gpu
-// gres of its nodes, as the controller knows them. It reads no GPU
-// itself: Telemetry is empty (the node's NVML belongs to the compute
-// node) and there is no attestation evidence.
+// gres of its nodes, as the controller knows them. Telemetry comes from
+// NVML only where the daemon runs on a compute node (Local), for that
+// node's GPUs; there is no attestation evidence.
 type SlurmBackend struct {
 	cfg SlurmBackendConfig
+	// local maps the local NVML UUIDs to their Slurm UUIDs.
+	local map[string]string
 }
 
 var _ Backend = (*SlurmBackend)(nil)
@@ -404,7 +431,60 @@ func OpenSlurm(ctx context.Context, cfg SlurmBackendConfig) (*SlurmBackend, erro
 	if _, err := b.Inventory(); err != nil {
 		return nil, err
 	}
+	if cfg.Local != nil {
+		if err := b.mapLocal(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return b, nil
+}
+
+// mapLocal pairs the local NVML devices with the local node's gres.
+func (b *SlurmBackend) mapLocal(ctx context.Context) error {
+	name := b.cfg.LocalNode
+	if name == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("gpu: slurm local node: %w", err)
+		}
+		name, _, _ = strings.Cut(h, ".")
+	}
+	nodes, err := b.cfg.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(nodes, func(n SlurmNode) bool { return n.Name == name })
+	if i < 0 {
+		return fmt.Errorf("gpu: the local node %q is not in Slurm cluster %s", name, b.cfg.Cluster)
+	}
+	inv, err := b.cfg.Local.Inventory()
+	if err != nil {
+		return err
+	}
+	b.local, err = localMap(b.cfg.Cluster, nodes[i], inv.Devices)
+	return err
+}
+
+// localMap maps each local device's UUID to the Slurm UUID of the gres
+// with its index on node.
+func localMap(cluster string, node SlurmNode, devs []Device) (map[string]string, error) {
+	var ids []SlurmGPU
+	for _, g := range node.GPUs {
+		for range g.Count {
+			ids = append(ids, SlurmGPU{Cluster: cluster, Node: node.Name, Type: g.Type, Index: len(ids)})
+		}
+	}
+	if len(ids) != len(devs) {
+		return nil, fmt.Errorf("gpu: Slurm gives node %s %d GPUs, NVML sees %d", node.Name, len(ids), len(devs))
+	}
+	m := make(map[string]string, len(devs))
+	for _, d := range devs {
+		if d.Index < 0 || d.Index >= len(ids) {
+			return nil, fmt.Errorf("gpu: NVML device index %d on node %s", d.Index, node.Name)
+		}
+		m[d.UUID] = ids[d.Index].UUID()
+	}
+	return m, nil
 }
 
 // Name implements Backend: "slurm:CLUSTER".
@@ -434,7 +514,8 @@ func (b *SlurmBackend) marketOf(typ string) (string, uint64) {
 
 // Inventory implements Backend: one Device per gpu gres of every node
 // that can run jobs, less the GPUs the cluster's own users hold.
-// Drained, down and failing nodes sell nothing.
+// Drained, down and failing nodes, and nodes in another's active
+// reservation, sell nothing.
 func (b *SlurmBackend) Inventory() (*Inventory, error) {
 	ctx := context.Background()
 	nodes, err := b.cfg.Nodes(ctx)
@@ -460,9 +541,13 @@ func (b *SlurmBackend) Inventory() (*Inventory, error) {
 			}
 		}
 	}
+	reserved, err := b.reservedNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
 	inv := &Inventory{Backend: b.Name()}
 	for _, n := range nodes {
-		if !schedulable(n.State) {
+		if !schedulable(n.State) || reserved[n.Name] {
 			continue
 		}
 		if len(b.cfg.Partitions) > 0 && !slices.ContainsFunc(n.Partitions, func(p string) bool { return slices.Contains(b.cfg.Partitions, p) }) {
@@ -490,6 +575,32 @@ func (b *SlurmBackend) Inventory() (*Inventory, error) {
 	return inv, nil
 }
 
+// reservedNodes are the nodes in reservations active now that are not
+// this provider's (JobPrefix): a maintenance window or a group's
+// reservation, where a lease's job would only pend. Reserved cores
+// (CoreCnt) count as the whole node. Slurm 22.05's sinfo shows no
+// reservation in a node's state, so the reservations are read.
+func (b *SlurmBackend) reservedNodes(ctx context.Context) (map[string]bool, error) {
+	rs, err := b.cfg.Reservations(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, r := range rs {
+		if r.State != "ACTIVE" || b.cfg.JobPrefix != "" && strings.HasPrefix(r.Name, b.cfg.JobPrefix) || r.Nodes == "" || r.Nodes == "(null)" {
+			continue // ours, not begun, or of licenses only
+		}
+		names, err := b.cfg.Run(ctx, nil, "scontrol", "show", "hostnames", r.Nodes)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range strings.Fields(string(names)) {
+			out[n] = true
+		}
+	}
+	return out, nil
+}
+
 // schedulable says whether a node in this sinfo state takes new jobs.
 func schedulable(state string) bool {
 	base, flags, _ := strings.Cut(state, "+")
@@ -507,13 +618,86 @@ func schedulable(state string) bool {
 	return true
 }
 
-// Telemetry implements Backend: none, the controller sees no GPU counters.
-func (b *SlurmBackend) Telemetry() ([]Telemetry, error) { return nil, nil }
+// Telemetry implements Backend: the local node's GPUs through NVML
+// (Local), under their Slurm UUIDs; none without Local, since the
+// controller sees no GPU counters.
+func (b *SlurmBackend) Telemetry() ([]Telemetry, error) {
+	if b.cfg.Local == nil {
+		return nil, nil
+	}
+	ts, err := b.cfg.Local.Telemetry()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Telemetry, 0, len(ts))
+	for _, t := range ts {
+		if u, ok := b.local[t.UUID]; ok {
+			t.UUID = u
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
 
 // Attest implements Backend: a Slurm cluster carries no evidence.
 func (b *SlurmBackend) Attest([]byte, ...string) ([]Evidence, error) {
 	return nil, errors.New("gpu: a Slurm cluster's GPUs carry no attestation evidence")
 }
 
-// Close implements Backend.
-func (b *SlurmBackend) Close() error { return nil }
+// Close implements Backend: it closes Local.
+func (b *SlurmBackend) Close() error {
+	if b.cfg.Local != nil {
+		return b.cfg.Local.Close()
+	}
+	return nil
+}
+
+// SlurmFacts are what an offer states of a Slurm provider beyond its
+// GPUs (proto Offer.scheduler, Offer.max_nodes, Host.scheduler_version;
+// each GPU's node is SlurmNodeOf its UUID, proto GPU.node).
+type SlurmFacts struct {
+	// Scheduler is "slurm": the cluster's scheduler places the leases and
+	// picks the device indices, and the cluster's own users share it.
+	Scheduler string
+	// Version is Slurm's, e.g. "22.05.8".
+	Version string
+	// MaxNodes is the most nodes one lease may span as one job (a
+	// multi-node lease): the nodes selling GPUs now, at most
+	// SlurmBackendConfig.MaxNodes.
+	MaxNodes int
+}
+
+// Facts reads the facts an offer states (scontrol --version and the
+// inventory).
+func (b *SlurmBackend) Facts(ctx context.Context) (SlurmFacts, error) {
+	f := SlurmFacts{Scheduler: "slurm"}
+	out, err := b.cfg.Run(ctx, nil, "scontrol", "--version")
+	if err != nil {
+		return f, err
+	}
+	if fs := strings.Fields(string(out)); len(fs) > 0 {
+		f.Version = fs[len(fs)-1] // "slurm-wlm 22.05.8", "slurm 23.11.4"
+	}
+	inv, err := b.Inventory()
+	if err != nil {
+		return f, err
+	}
+	nodes := map[string]bool{}
+	for _, d := range inv.Devices {
+		nodes[SlurmNodeOf(d.UUID)] = true
+	}
+	f.MaxNodes = len(nodes)
+	if b.cfg.MaxNodes > 0 {
+		f.MaxNodes = min(f.MaxNodes, b.cfg.MaxNodes)
+	}
+	return f, nil
+}
+
+// SlurmNodeOf is the node of a Slurm GPU UUID, "" for any other UUID.
+func SlurmNodeOf(uuid string) string {
+	g, err := ParseSlurmUUID(uuid)
+	if err != nil {
+		return ""
+	}
+	return g.Node
+}

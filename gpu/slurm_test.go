@@ -41,35 +41,46 @@ func lockCluster(t *testing.T, conf string) {
 	t.Cleanup(func() { f.Close() })
 }
 
-// confGPUs reads the node's gres the way the config states it:
-// "Gres=gpu:TYPE:N" on the NodeName line of slurm.conf.
-func confGPUs(t *testing.T, conf string) (node, typ string, n int) {
+// confNode is a node's gres as the config states it.
+type confNode struct {
+	name, typ string
+	n         int
+}
+
+// confGPUs reads the nodes' gres the way the config states them:
+// "Gres=gpu:TYPE:N" on each NodeName line of slurm.conf, in its order.
+func confGPUs(t *testing.T, conf string) []confNode {
 	t.Helper()
 	b, err := os.ReadFile(conf)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var nodes []confNode
 	for _, line := range strings.Split(string(b), "\n") {
 		if !strings.HasPrefix(line, "NodeName=") {
 			continue
 		}
+		var c confNode
 		for _, f := range strings.Fields(line) {
 			if v, ok := strings.CutPrefix(f, "NodeName="); ok {
-				node = v
+				c.name = v
 			}
 			if v, ok := strings.CutPrefix(f, "Gres="); ok {
 				g, err := ParseGres(v)
 				if err != nil || len(g) != 1 {
 					t.Fatalf("config gres %q: %v", v, err)
 				}
-				typ, n = g[0].Type, g[0].Count
+				c.typ, c.n = g[0].Type, g[0].Count
 			}
 		}
+		if c.n > 0 {
+			nodes = append(nodes, c)
+		}
 	}
-	if node == "" || n == 0 {
+	if len(nodes) == 0 {
 		t.Fatalf("%s has no node with gpu gres", conf)
 	}
-	return node, typ, n
+	return nodes
 }
 
 // TestSlurmInventory: the inventory matches the cluster's config, maps
@@ -77,7 +88,15 @@ func confGPUs(t *testing.T, conf string) (node, typ string, n int) {
 // cluster user's job holds but not those of Suanli's own lease jobs.
 func TestSlurmInventory(t *testing.T) {
 	s := testCluster(t)
-	node, typ, n := confGPUs(t, s.Conf)
+	nodes := confGPUs(t, s.Conf)
+	typ, n := nodes[0].typ, 0
+	var want []SlurmGPU
+	for _, c := range nodes {
+		for i := range c.n {
+			want = append(want, SlurmGPU{Node: c.name, Type: c.typ, Index: i})
+		}
+		n += c.n
+	}
 	b, err := OpenSlurm(context.Background(), SlurmBackendConfig{Slurm: s, JobPrefix: "suanli-",
 		Markets: map[string]string{typ: "nvidia-h100-sxm5-80gb"}})
 	if err != nil {
@@ -92,7 +111,8 @@ func TestSlurmInventory(t *testing.T) {
 	}
 	for i, d := range inv.Devices {
 		g, err := ParseSlurmUUID(d.UUID)
-		if err != nil || g.Node != node || g.Type != typ || g.Index != i || g.Cluster != b.Cluster() {
+		want[i].Cluster = b.Cluster()
+		if err != nil || g != want[i] {
 			t.Errorf("device %d: %+v (%v)", i, g, err)
 		}
 		if d.Market != "nvidia-h100-sxm5-80gb" || d.MemoryBytes != 80<<30 {
@@ -122,6 +142,44 @@ func TestSlurmInventory(t *testing.T) {
 	}
 	if len(inv.Devices) != n-3 {
 		t.Fatalf("with a cluster user's job on 3 GPUs and a lease's on 2: %d GPUs offered, want %d", len(inv.Devices), n-3)
+	}
+	if len(nodes) < 2 {
+		t.Fatalf("the cluster has one node; this test needs two (contrib/slurm/slurm-up.sh -n 2)")
+	}
+	// A reservation of the last node, begun: a maintenance window sells
+	// nothing, the provider's own reservation (its job prefix) does.
+	last := nodes[len(nodes)-1].name
+	offered := func() (k int) {
+		t.Helper()
+		inv, err := b.Inventory()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range inv.Devices {
+			if SlurmNodeOf(d.UUID) == last {
+				k++
+			}
+		}
+		return k
+	}
+	before := offered()
+	for _, c := range []struct {
+		name string
+		sold bool
+	}{{"suanli-lease.owner", true}, {"maint", false}} {
+		if _, err := s.Run(context.Background(), nil, "scontrol", "create", "reservation", "ReservationName="+c.name,
+			"StartTime=now", "Duration=10", "Users=root", "Nodes="+last, "Flags=IGNORE_JOBS"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Run(context.Background(), nil, "scontrol", "delete", "ReservationName="+c.name) })
+		got := offered()
+		s.Run(context.Background(), nil, "scontrol", "delete", "ReservationName="+c.name)
+		if want := map[bool]int{true: before, false: 0}[c.sold]; got != want {
+			t.Errorf("with reservation %s of %s: %d of its GPUs offered, want %d", c.name, last, got, want)
+		}
+	}
+	if got := offered(); got != before {
+		t.Errorf("after the reservations: %d GPUs of %s offered, want %d", got, last, before)
 	}
 }
 
@@ -188,6 +246,7 @@ func FuzzParseSlurmJSON(f *testing.F) {
 	f.Add([]byte(`{"jobs":[{"job_id":7,"name":"suanli-x","job_state":"RUNNING","exit_code":768,"gres_detail":["gpu:h100:2(IDX:0-1)"],"job_resources":{"allocated_nodes":[{"nodename":"vm"}]}}]}`))
 	f.Add([]byte(`{"nodes":[{"name":"vm","state":"mixed","gres":"gpu:h100:8","gres_used":"gpu:h100:2(IDX:0-1)"}]}`))
 	f.Add([]byte(`{"jobs":[{"job_id":"x"}]}`))
+	f.Add([]byte(`{"jobs":[{"job_id":8,"het_job_id":7,"resv_name":"suanli-L.P","start_time":1796368275,"end_time":1796368277,"gres_detail":["gpu:h100:3(IDX:0-2)"],"job_resources":{"allocated_nodes":[{"nodename":"vm-2"}]}}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if jobs, err := ParseSqueue(b); err == nil {
 			for _, j := range jobs {
@@ -198,4 +257,86 @@ func FuzzParseSlurmJSON(f *testing.F) {
 		}
 		parseSinfo(b)
 	})
+}
+
+// TestSlurmLocalTelemetry: a daemon on a compute node samples its GPUs
+// through NVML (here the first of a simulated DGX H100's, as many as the
+// node has) under their Slurm UUIDs,
+// the ones its offer lists; an unknown node or a count that does not
+// match gres is refused; the offer's facts say Slurm, its version and
+// how many nodes a lease may span.
+func TestSlurmLocalTelemetry(t *testing.T) {
+	s := testCluster(t)
+	nodes := confGPUs(t, s.Conf)
+	node, n := nodes[0].name, nodes[0].n
+	ctx := context.Background()
+	sim, err := OpenSim("dgxh100", 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n > 8 {
+		t.Fatalf("node %s has %d GPUs, the simulated DGX 8", node, n)
+	}
+	local := firstGPUs{sim, n}
+	b, err := OpenSlurm(ctx, SlurmBackendConfig{Slurm: s, Local: local, LocalNode: node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	inv, err := b.Inventory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, err := b.Telemetry()
+	if err != nil || len(ts) != n {
+		t.Fatalf("telemetry: %d samples, %v; want %d", len(ts), err, n)
+	}
+	for i, tm := range ts {
+		if SlurmNodeOf(inv.Devices[i].UUID) != node || tm.UUID != inv.Devices[i].UUID || tm.MemoryTotalBytes == 0 || tm.PowerMilliwatts == 0 {
+			t.Errorf("sample %d: %+v, want NVML's counters for %s", i, tm, inv.Devices[i].UUID)
+		}
+	}
+	f, err := b.Facts(ctx)
+	if err != nil || f.Scheduler != "slurm" || strings.Count(f.Version, ".") != 2 || f.MaxNodes != len(nodes) {
+		t.Errorf("facts %+v, %v", f, err)
+	}
+	if SlurmNodeOf(inv.Devices[0].UUID) != node || SlurmNodeOf("GPU-1") != "" {
+		t.Errorf("SlurmNodeOf")
+	}
+	if _, err := OpenSlurm(ctx, SlurmBackendConfig{Slurm: s, Local: local, LocalNode: "nosuch"}); err == nil {
+		t.Error("an unknown local node was accepted")
+	}
+	if _, err := localMap("c", SlurmNode{Name: node, GPUs: []SlurmGres{{Type: "h100", Count: 8}}}, make([]Device, 4)); err == nil {
+		t.Error("8 gres and 4 NVML devices were paired")
+	}
+	// Without Local there are no counters.
+	plain, err := OpenSlurm(ctx, SlurmBackendConfig{Slurm: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ts, err := plain.Telemetry(); err != nil || len(ts) != 0 {
+		t.Errorf("telemetry without NVML: %v, %v", ts, err)
+	}
+}
+
+// firstGPUs is a machine with the first n GPUs of another.
+type firstGPUs struct {
+	Backend
+	n int
+}
+
+func (f firstGPUs) Inventory() (*Inventory, error) {
+	inv, err := f.Backend.Inventory()
+	if err == nil {
+		inv.Devices = inv.Devices[:f.n]
+	}
+	return inv, err
+}
+
+func (f firstGPUs) Telemetry() ([]Telemetry, error) {
+	ts, err := f.Backend.Telemetry()
+	if err == nil {
+		ts = ts[:f.n]
+	}
+	return ts, err
 }

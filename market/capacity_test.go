@@ -129,3 +129,44 @@ func TestValidateOfferLeasedUntil(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateOfferScheduler: an offer a scheduler places names the
+// scheduler, each GPU's node and how many nodes one lease may span; an
+// offer without one states none of it.
+func TestValidateOfferScheduler(t *testing.T) {
+	t0 := testLeaseStart
+	slurm := func(nodes []string, maxNodes uint32) func(*proto.Offer) {
+		return func(o *proto.Offer) {
+			o.Scheduler, o.MaxNodes = "slurm", maxNodes
+			o.Host = &proto.Host{SchedulerVersion: "22.05.8"}
+			for i, g := range o.Gpus {
+				g.Node = nodes[i%len(nodes)]
+			}
+		}
+	}
+	for _, c := range []struct {
+		name string
+		edit func(*proto.Offer)
+		ok   bool
+	}{
+		{"no scheduler", func(*proto.Offer) {}, true},
+		{"slurm, two nodes, leases span two", slurm([]string{"gpu-1", "gpu-2"}, 2), true},
+		{"slurm, one node", slurm([]string{"n1.cluster"}, 1), true},
+		{"slurm, span more nodes than listed", slurm([]string{"gpu-1", "gpu-2"}, 3), false},
+		{"slurm, no span", slurm([]string{"gpu-1"}, 0), false},
+		{"slurm, a GPU without a node", func(o *proto.Offer) { slurm([]string{"gpu-1"}, 1)(o); o.Gpus[3].Node = "" }, false},
+		{"slurm, a node name with a slash", slurm([]string{"gpu/1"}, 1), false},
+		{"slurm, a node name with a newline", slurm([]string{"gpu\n1"}, 1), false},
+		{"an unknown scheduler", func(o *proto.Offer) { slurm([]string{"gpu-1"}, 1)(o); o.Scheduler = "kubernetes" }, false},
+		{"nodes without a scheduler", func(o *proto.Offer) { o.Gpus[0].Node = "gpu-1" }, false},
+		{"a span without a scheduler", func(o *proto.Offer) { o.MaxNodes = 2 }, false},
+		{"a version without a scheduler", func(o *proto.Offer) { o.Host = &proto.Host{SchedulerVersion: "1"} }, false},
+	} {
+		o := capacityOffer(t0)
+		c.edit(o)
+		err := ValidateOffer(o, t0)
+		if c.ok != (err == nil) || !c.ok && !errors.Is(err, ErrOfferSchema) {
+			t.Errorf("%s: ValidateOffer = %v, want ok %v (else ErrOfferSchema)", c.name, err, c.ok)
+		}
+	}
+}

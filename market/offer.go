@@ -77,6 +77,9 @@ func ValidateOffer(o *proto.Offer, now time.Time) error {
 		o.Attestation != proto.AttestationLevel_ATTESTATION_LEVEL_CC_EVIDENCE {
 		return fmt.Errorf("%w: attestation level %v", ErrOfferSchema, o.Attestation)
 	}
+	if err := validateScheduler(o); err != nil {
+		return err
+	}
 	seen := make(map[string]bool, len(o.Gpus))
 	for i, g := range o.Gpus {
 		switch {
@@ -297,4 +300,69 @@ func cmpInt64(a, b int64) int {
 		return 1
 	}
 	return 0
+}
+
+// Schedulers an offer may name (Offer.scheduler): the workload
+// schedulers a provider can sell through.
+var knownSchedulers = map[string]bool{"slurm": true}
+
+// validateScheduler checks the fields a scheduler-managed offer states: a
+// known scheduler, each GPU's node, and how many nodes a lease may span
+// (at least one, at most the nodes the offer lists); an offer without a
+// scheduler states none of them.
+func validateScheduler(o *proto.Offer) error {
+	if o.Scheduler == "" {
+		if o.MaxNodes != 0 || o.GetHost().GetSchedulerVersion() != "" {
+			return fmt.Errorf("%w: max nodes or scheduler version without a scheduler", ErrOfferSchema)
+		}
+		for i, g := range o.Gpus {
+			if g.Node != "" {
+				return fmt.Errorf("%w: GPU %d names node %q without a scheduler", ErrOfferSchema, i, truncateStr(g.Node, 64))
+			}
+		}
+		return nil
+	}
+	if !knownSchedulers[o.Scheduler] {
+		return fmt.Errorf("%w: scheduler %q is none of the known ones", ErrOfferSchema, truncateStr(o.Scheduler, 64))
+	}
+	if v := o.GetHost().GetSchedulerVersion(); len(v) > 64 {
+		return fmt.Errorf("%w: scheduler version of %d bytes", ErrOfferSchema, len(v))
+	}
+	nodes := map[string]bool{}
+	for i, g := range o.Gpus {
+		if !validNodeName(g.Node) {
+			return fmt.Errorf("%w: GPU %d: node %q is not a host name", ErrOfferSchema, i, truncateStr(g.Node, 64))
+		}
+		nodes[g.Node] = true
+	}
+	if o.MaxNodes < 1 || int(o.MaxNodes) > len(nodes) {
+		return fmt.Errorf("%w: a lease may span %d nodes; the offer lists %d", ErrOfferSchema, o.MaxNodes, len(nodes))
+	}
+	return nil
+}
+
+// validNodeName reports whether s is a host name as schedulers name their
+// nodes: 1–64 letters, digits, '-', '_' and '.', starting with a letter
+// or digit.
+func validNodeName(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case i > 0 && (c == '-' || c == '_' || c == '.'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func truncateStr(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
 }

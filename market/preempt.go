@@ -40,18 +40,6 @@ type Preemptible struct {
 	Since time.Time
 }
 
-// CanPreempt reports whether a trade of type t at price (per GPU-hour,
-// micro-units) may interrupt running lease l: l is a spot lease holding
-// GPUs, and a spot trade pays at least marginBP more per GPU-hour than l.
-// It is the one statement of the rule: ChoosePreempted's candidates and
-// the GPUs a provider's ask may sell beyond its free ones both use it.
-func CanPreempt(l Preemptible, t LeaseType, price, marginBP int64) bool {
-	if !l.Type.Interruptible() || len(l.GPUs) == 0 {
-		return false
-	}
-	return !t.Interruptible() || price*10_000 >= l.Price*(10_000+marginBP) // a spot trade must pay the margin more
-}
-
 // ChoosePreempted picks the leases to interrupt so that need more GPUs
 // come free for a trade of type t at price, given free GPUs already free.
 // It returns the victims (lowest price first) and the GPUs the trade gets
@@ -69,12 +57,7 @@ func ChoosePreempted(running []Preemptible, free []string, need int, t LeaseType
 	if need <= len(free) {
 		return nil, free[:need], true
 	}
-	var cands []Preemptible
-	for _, l := range running {
-		if CanPreempt(l, t, price, marginBP) {
-			cands = append(cands, l)
-		}
-	}
+	cands := preemptable(running, t, price, marginBP)
 	slices.SortStableFunc(cands, func(a, b Preemptible) int {
 		if c := cmpInt64(a.Price, b.Price); c != 0 {
 			return c
@@ -105,6 +88,34 @@ func ChoosePreempted(running []Preemptible, free []string, need int, t LeaseType
 		return nil, nil, false
 	}
 	return victims, gpus[:need], true
+}
+
+// preemptable are the leases of running a trade of type t at price may
+// interrupt: spot leases, and, for a spot trade, only those it outbids by
+// the margin.
+func preemptable(running []Preemptible, t LeaseType, price, marginBP int64) []Preemptible {
+	var cands []Preemptible
+	for _, l := range running {
+		if !l.Type.Interruptible() || len(l.GPUs) == 0 {
+			continue
+		}
+		if t.Interruptible() && price*10_000 < l.Price*(10_000+marginBP) {
+			continue // a spot trade must pay the margin more
+		}
+		cands = append(cands, l)
+	}
+	return cands
+}
+
+// PreemptibleGPUs counts the GPUs a trade of type t at price could free
+// by preemption (the leases ChoosePreempted may pick from): a provider's
+// capacity for such a trade is its free GPUs and these.
+func PreemptibleGPUs(running []Preemptible, t LeaseType, price, marginBP int64) int {
+	n := 0
+	for _, l := range preemptable(running, t, price, marginBP) {
+		n += len(l.GPUs)
+	}
+	return n
 }
 
 // maxPreemptCells bounds ChoosePreempted's table (candidates × GPUs

@@ -232,29 +232,3 @@ func FuzzCheckPreemption(f *testing.F) {
 		}
 	})
 }
-
-// TestCanPreempt: the one rule of which running lease a trade may
-// interrupt, row by row.
-func TestCanPreempt(t *testing.T) {
-	spot := Preemptible{ID: "s", GPUs: []string{"g"}, Price: 1_000_000, Type: Spot}
-	for _, c := range []struct {
-		name  string
-		l     Preemptible
-		t     LeaseType
-		price int64
-		want  bool
-	}{
-		{"on-demand trade, spot lease", spot, OnDemand, 1, true},
-		{"reserved trade, spot lease", spot, Reserved, 1, true},
-		{"spot trade paying the margin", spot, Spot, 1_200_000, true},
-		{"spot trade a micro short of the margin", spot, Spot, 1_199_999, false},
-		{"spot trade at the lease's price", spot, Spot, 1_000_000, false},
-		{"on-demand lease", Preemptible{ID: "o", GPUs: []string{"g"}, Price: 1, Type: OnDemand}, Reserved, 9_000_000, false},
-		{"reserved lease", Preemptible{ID: "r", GPUs: []string{"g"}, Price: 1, Type: Reserved}, OnDemand, 9_000_000, false},
-		{"spot lease with no GPUs", Preemptible{ID: "e", Price: 1, Type: Spot}, OnDemand, 9_000_000, false},
-	} {
-		if got := CanPreempt(c.l, c.t, c.price, DefaultPreemptMarginBP); got != c.want {
-			t.Errorf("%s: CanPreempt = %v, want %v", c.name, got, c.want)
-		}
-	}
-}

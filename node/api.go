@@ -61,6 +61,8 @@ func offerView(o *proto.Offer, f market.OfferFilter) api.OfferView {
 		Currency:    o.GetPricing().GetCurrency(),
 		Attestation: attestationName(o.Attestation),
 		Isolation:   isolationName(o.Isolation),
+		Scheduler:   o.Scheduler,
+		MaxNodes:    o.MaxNodes,
 		Seq:         o.Seq,
 		Expires:     time.UnixMilli(o.ExpiresUnixMs).UTC(),
 		Addrs:       o.Addrs,
@@ -88,7 +90,7 @@ func offerView(o *proto.Offer, f market.OfferFilter) api.OfferView {
 		v.SpotFloor = market.FormatMicros(sf, v.Currency)
 	}
 	for _, g := range o.Gpus {
-		v.GPUs = append(v.GPUs, api.GPUSummary{UUID: g.Uuid, Name: g.Name, Market: g.Market, MemoryBytes: g.MemoryBytes, Evidence: g.Evidence != nil})
+		v.GPUs = append(v.GPUs, api.GPUSummary{UUID: g.Uuid, Name: g.Name, Market: g.Market, MemoryBytes: g.MemoryBytes, Evidence: g.Evidence != nil, Node: g.Node})
 	}
 	return v
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/internal/lease"
 	"github.com/suanli/suanli/node/internal/leases"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
@@ -52,7 +53,7 @@ func benchCreditNode(b *testing.B, payments, running int) (*Node, peer.ID) {
 		}
 		ml.Start(start)
 		ml.Chain = market.ReceiptState{Seq: 1, WindowEndUnixMs: start.Add(time.Minute).UnixMilli(), GPUMillis: 120_000, Cumulative: 80_000}
-		n.leases.runs[terms.Id] = &leaseRun{id: terms.Id, terms: terms, peer: buyer, ml: ml, rec: leases.Record{Role: market.RoleProvider}}
+		n.leases.runs[terms.Id] = newLeaseRun(lease.NewRun(terms, ml, leases.Record{Role: market.RoleProvider}))
 	}
 	return n, buyer
 }
@@ -72,13 +73,11 @@ func BenchmarkCreditOf(b *testing.B) {
 			want := int64(8*(80_000+80_000) - 50*10_000)
 			for b.Loop() {
 				if !c.cached {
-					n.credit.paid.mu.Lock()
-					delete(n.credit.paid.byBuyer, buyer)
-					n.credit.paid.mu.Unlock()
+					n.credit.Paid(buyer) // forgets the cached payments
 				}
-				cr, err := n.creditOf(buyer, "USD", now, nil)
+				cr, err := n.credit.Of(buyer, "USD", now, "")
 				if err != nil || cr.Unpaid() != want {
-					b.Fatalf("creditOf = %+v (unpaid %d), %v; want unpaid %d", cr, cr.Unpaid(), err, want)
+					b.Fatalf("Of = %+v (unpaid %d), %v; want unpaid %d", cr, cr.Unpaid(), err, want)
 				}
 			}
 		})

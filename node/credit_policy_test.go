@@ -1,6 +1,16 @@
 package node
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/suanli/suanli/node/internal/credit"
+)
+
+// newCreditPolicy is the policy New makes of o and cfg, its price in
+// priceCurrency.
+func newCreditPolicy(o options, cfg Config, priceCurrency string) (*credit.Policy, error) {
+	return credit.New(creditSettings(o, cfg, priceCurrency), credit.Config{})
+}
 
 func TestCreditPolicy(t *testing.T) {
 	for _, c := range []struct {
@@ -36,11 +46,11 @@ func TestCreditPolicy(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || p.off != c.off || !c.off && (p.limit.Micros != c.micros || p.limit.Currency != c.currency) {
+		if err != nil || p.Off() != c.off || !c.off && (p.Limit().Micros != c.micros || p.Limit().Currency != c.currency) {
 			t.Errorf("%s: newCreditPolicy = %+v, %v; want off %v, %d %s", c.name, p, err, c.off, c.micros, c.currency)
 		}
-		if !c.off && (p.limitIn(c.currency) != c.micros || p.limitIn("XXX") != 0) {
-			t.Errorf("%s: limitIn = %d (own), %d (other); want %d, 0", c.name, p.limitIn(c.currency), p.limitIn("XXX"), c.micros)
+		if !c.off && (p.LimitIn(c.currency) != c.micros || p.LimitIn("XXX") != 0) {
+			t.Errorf("%s: limitIn = %d (own), %d (other); want %d, 0", c.name, p.LimitIn(c.currency), p.LimitIn("XXX"), c.micros)
 		}
 	}
 }
@@ -69,8 +79,8 @@ func TestCreditPolicyFirst(t *testing.T) {
 			}
 		}
 		p, err := newCreditPolicy(o, Config{CreditNew: c.cfg}, "USD")
-		if c.err != (err != nil) || err == nil && p.first != c.want {
-			t.Errorf("%s: newCreditPolicy = first %d, %v; want %d (error %v)", c.name, p.first, err, c.want, c.err)
+		if c.err != (err != nil) || err == nil && p.First() != c.want {
+			t.Errorf("%s: newCreditPolicy = first %d, %v; want %d (error %v)", c.name, p.First(), err, c.want, c.err)
 		}
 	}
 	for _, bad := range []string{"", "x", "-2"} {

@@ -26,8 +26,12 @@
 //     the verdicts that lift a provider's asks to cc-verified.
 //   - node/internal/leases: the durable side of leases: their records,
 //     receipt chains and their verification, evidence of misbehaviour and
-//     the settlement ledger. The lease loop that meters, bills and runs a
-//     workload stays in this package and keeps what it signs there.
+//     the settlement ledger.
+//   - node/internal/lease: the running lease: the loop that meters, bills
+//     and closes, the receipt protocol's and the exec stream's state
+//     machines (their tables are its package doc), close notices, redials,
+//     workloads and their logs, on an injected clock. It keeps what it
+//     signs in leases; wire_lease.go wires it to the rest of the node.
 //   - node/internal/trade: the take protocol, taker's and maker's sides:
 //     the take loop, each take answered once (a replay gets the first
 //     answer) and only while fresh, the reservation of GPUs, the GPUs of
@@ -35,6 +39,14 @@
 //     explanation of orders passed over.
 //   - node/internal/resale: the resale of reserved time, holder's,
 //     provider's and new buyer's sides, and its records.
+//   - node/internal/provider: the provider's side: its offer (built from
+//     the inventory, sealed, published and republished), the free
+//     capacity and calendar it shows, and standing asks. Reached through
+//     wire_provider.go.
+//   - node/internal/credit: the credit policy, the most a buyer may owe
+//     the provider unpaid, growing with what it paid.
+//   - node/internal/history: the price history of the fills applied, the
+//     GPUs' recent telemetry and the markets' summary the dashboard reads.
 //   - node/internal/store: the Badger datastore and every key in it;
 //     node/internal/repofile: the repo's shared files and lock;
 //     node/internal/httpapi: the local API server.
@@ -60,10 +72,23 @@
 //	a lease's lock → resale's handover (store writes only)
 //
 // ownMu, Inflight's, Answers' and resale.Manager's locks are leaves:
-// held, they call nothing and lock nothing. The trade lock is never held
-// across the network, NVML, an executor, a store write or a signature
-// check (TestReserveTakeOutsideTheLock). The books lock is never held
-// across a store write (the price history is written after it, in
-// filled). TestOrderViewWhileFillsApply and TestInflightEndsWithItsFill hold
-// the order to this.
+// held, they call nothing and lock nothing. So are the provider's side's
+// (its offer's, its standing asks', the credit policy's payment cache and
+// the telemetry ring): each is taken and released without a call out, and
+// the credit policy visits the leases, each under its own lock, with none
+// of its own held. A provider's Publish runs one at a time (its publish
+// lock) and holds it across the DHT, never with another lock. The trade
+// lock is never held across the network, NVML, an executor, a store write
+// or a signature check (TestReserveTakeOutsideTheLock). The books lock is
+// never held across a store write (the price history is written after it,
+// in filled). TestOrderViewWhileFillsApply and TestInflightEndsWithItsFill
+// hold the order to this.
+//
+// The leases' locks are package lease's (its doc gives their order:
+// Manager.mu → Run.mu → the logs' lock). The node's table of lease
+// handles (leaseTable.mu, wire_lease.go) is taken under Manager.mu when
+// a run is added, and takes a run's lock only from credit and
+// preemption, never of a run being added:
+//
+//	lease.Manager.mu → leaseTable.mu → lease.Run.mu
 package node

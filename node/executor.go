@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/suanli/suanli/node/executor"
 )
@@ -100,7 +99,3 @@ type perGPU struct {
 	milliCPUs int64
 	ram, disk uint64
 }
-
-// workloadStartBudget bounds a workload's preparation (for docker: the
-// image pull and container start) beyond the executor's own limits.
-const workloadStartBudget = 15 * time.Minute

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -10,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/suanli/suanli/gpu"
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/internal/history"
 )
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -35,8 +34,8 @@ func TestHistoryPersists(t *testing.T) {
 		f := market.Fill{ID: "fill" + string(rune('a'+i)), Market: mkt, Currency: "USD", Price: int64(2_000_000 + i*10_000), Quantity: uint32(i + 1), Time: t0.Add(time.Duration(i) * time.Minute),
 			LeaseType: market.LeaseType(1 + i%3)}
 		if i == 0 { // a point stored before lease types were kept
-			p := histPoint{price: f.Price, count: f.Quantity, index: 2_000_000}
-			if err := n.store.PutHistory(f.Market, f.Currency, f.Time, f.ID, p.encode()[:histPointLen]); err != nil {
+			p := history.Point{Price: f.Price, Count: f.Quantity, Index: 2_000_000}
+			if err := n.store.PutHistory(f.Market, f.Currency, f.Time, f.ID, p.Encode()[:history.PointLen]); err != nil {
 				t.Fatal(err)
 			}
 			continue
@@ -98,43 +97,6 @@ func TestHistoryPersists(t *testing.T) {
 			t.Errorf("History(%q, %q, %+v) error = %v, want bad request", bad.mkt, bad.cur, bad.q, err)
 		}
 	}
-}
-
-func TestTelemetryHistoryRing(t *testing.T) {
-	var h telemetryHistory
-	t0 := time.Unix(0, 0)
-	for i := range gpuHistorySamples + 10 {
-		h.add(t0.Add(time.Duration(i)*time.Second), []gpu.Telemetry{{UUID: "a", UtilizationPercent: uint32(i % 100)}, {UUID: "b"}})
-	}
-	s := h.series("a")
-	if len(s) != gpuHistorySamples || !s[0].Time.Equal(t0.Add(10*time.Second)) || s[len(s)-1].UtilizationPercent != uint32((gpuHistorySamples+9)%100) {
-		t.Errorf("series = %d samples from %v, want %d from %v", len(s), s[0].Time, gpuHistorySamples, t0.Add(10*time.Second))
-	}
-	if len(h.series("none")) != 0 {
-		t.Error("series of an unknown GPU is not empty")
-	}
-}
-
-func FuzzDecodeHistPoint(f *testing.F) {
-	f.Add(histPoint{price: 2_500_000, count: 3, index: 2_400_000}.encode())
-	f.Add(histPoint{price: 1, count: 1}.encode())
-	f.Add(histPoint{price: 2_500_000, count: 2, index: 2_400_000, leaseType: market.Reserved}.encode())
-	f.Add(append(histPoint{price: 1, count: 1}.encode(), 0))
-	f.Add(append(histPoint{price: 1, count: 1}.encode(), 9))
-	f.Add([]byte{})
-	f.Add(bytes.Repeat([]byte{0xff}, histPointLen))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		p, err := decodeHistPoint(b)
-		if err != nil {
-			return
-		}
-		if !bytes.Equal(p.encode(), b) {
-			t.Errorf("decode(%x) = %+v re-encodes as %x", b, p, p.encode())
-		}
-		if p.price <= 0 || p.count == 0 || p.index < 0 {
-			t.Errorf("decode(%x) = %+v: accepted a non-positive value", b, p)
-		}
-	})
 }
 
 // FuzzConfigSet: any key and value either leave the config unchanged with

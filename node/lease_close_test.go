@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/suanli/suanli/node"
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/devnet"
+	"github.com/suanli/suanli/node/internal/lease"
 	"github.com/suanli/suanli/node/internal/leases"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
@@ -44,10 +44,11 @@ func rawHost(t *testing.T, ctx context.Context, key crypto.PrivKey, target *node
 	return h
 }
 
-// sendClose sends a raw close notice from h to target and returns the answer.
+// sendClose sends a raw close notice, signed by h, from h to target and
+// returns the answer.
 func sendClose(t *testing.T, ctx context.Context, h host.Host, target *node.Node, c leases.CloseNotice) (byte, string) {
 	t.Helper()
-	b, err := json.Marshal(c)
+	b, err := lease.SealClose(h.Peerstore().PrivKey(h.ID()), c, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

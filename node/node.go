@@ -21,8 +21,11 @@ import (
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/executor"
 	"github.com/suanli/suanli/node/internal/attestor"
+	"github.com/suanli/suanli/node/internal/credit"
 	"github.com/suanli/suanli/node/internal/exchange"
+	"github.com/suanli/suanli/node/internal/history"
 	"github.com/suanli/suanli/node/internal/httpapi"
+	"github.com/suanli/suanli/node/internal/provider"
 	"github.com/suanli/suanli/node/internal/resale"
 	"github.com/suanli/suanli/node/internal/store"
 	"github.com/suanli/suanli/node/internal/trade"
@@ -69,7 +72,7 @@ type options struct {
 	scheduleOffset int32
 	unpaidGrace    time.Duration
 	withhold       bool
-	// Credit limits (see credit.go).
+	// Credit limits (see wire_provider.go, internal/credit).
 	creditLimit    string // decimal, or "none"
 	creditNew      string // decimal
 	creditCurrency string
@@ -266,9 +269,6 @@ type Node struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	mu        sync.Mutex
-	published *proto.Offer // last offer successfully published
-
 	ps              *pubsub.PubSub
 	books           *exchange.Books // the market replicas and their gossip (book.go)
 	offers          *exchange.Offers
@@ -283,7 +283,7 @@ type Node struct {
 	ownMu           sync.Mutex
 	own             map[string]*ownOrder
 	attest          *attestor.Attestor   // see attest.go
-	leases          *leaseManager        // see lease.go
+	leases          *leaseTable          // the lease runtime (wire_lease.go)
 	perGPU          perGPU               // what each GPU is sold with (see WithResourcesPerGPU)
 	preemptNotice   time.Duration        // spot leases' notice before preemption
 	chargeIncrement time.Duration        // the unit leases charge GPU time in (see WithBillingIncrement)
@@ -291,12 +291,11 @@ type Node struct {
 	scheduleOffset  int32
 	preemptMargin   int64 // basis points a spot trade must pay more to preempt
 
-	telHist   telemetryHistory // GPU samples over time; see history.go
-	publishMu sync.Mutex       // one Publish at a time
-	republish chan struct{}    // capacity changed: publish now (see capacity.go)
-	credit    creditPolicy     // see credit.go
-	standing  standingAsks     // see replenish.go
-	logs      leaseLogs        // stored workload output under its cap (logs.go)
+	// The provider's side (wire_provider.go).
+	prov     *provider.Provider // offer publishing, capacity, calendar
+	standing *provider.Standing // standing asks
+	credit   *credit.Policy     // credit limits
+	telHist  history.Telemetry  // GPU samples over time
 
 	// hostInjected: the caller gave the host (WithHost) and closes it.
 	hostInjected bool
@@ -351,10 +350,8 @@ func New(opts ...Option) (_ *Node, err error) {
 		lock: lock,
 		repo: o.repo, now: o.now, offerTTL: o.offerTTL, billingInterval: o.billing, perGPU: o.perGPU, chargeIncrement: o.chargeIncrement, schedule: o.schedule, scheduleOffset: o.scheduleOffset,
 		preemptNotice: cmpOrDuration(o.preemptNotice, market.PreemptionNotice), preemptMargin: market.DefaultPreemptMarginBP,
-		log:       o.logger.With("node", filepath.Base(o.repo)),
-		own:       map[string]*ownOrder{},
-		republish: make(chan struct{}, 1),
-		logs:      leaseLogs{limit: o.logCap, used: map[string]int64{}},
+		log: o.logger.With("node", filepath.Base(o.repo)),
+		own: map[string]*ownOrder{},
 	}
 	if o.preemptMargin != nil {
 		n.preemptMargin = *o.preemptMargin
@@ -390,7 +387,7 @@ func New(opts ...Option) (_ *Node, err error) {
 	if n.price, err = market.ParseMoney(priceStr, cur); err != nil {
 		return nil, fmt.Errorf("node: price in config: %w", err)
 	}
-	if n.credit, err = newCreditPolicy(o, cfg, n.price.Currency); err != nil {
+	if n.credit, err = n.newCredit(o, cfg, pid); err != nil {
 		return nil, err
 	}
 	peers, err := parseBootstrap(bootstrap)
@@ -416,6 +413,7 @@ func New(opts ...Option) (_ *Node, err error) {
 		return nil, err
 	}
 	n.metrics.watch(n)
+	n.newProvider()
 
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.offers = exchange.NewOffers(n.ctx, exchange.OffersConfig{
@@ -563,13 +561,6 @@ func (n *Node) APIAddr() string {
 
 // IsProvider reports whether the node has GPUs to offer.
 func (n *Node) IsProvider() bool { return n.gpus != nil }
-
-// Published is the last offer this node published, or nil.
-func (n *Node) Published() *proto.Offer {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.published
-}
 
 // ID implements API.
 func (n *Node) ID(context.Context) (_ api.IDInfo, err error) {

@@ -150,14 +150,9 @@ func (n *Node) buildOrder(req api.OrderRequest) (*market.Order, *proto.Order, er
 		if err != nil {
 			return nil, nil, err
 		}
-		avail := len(free)
 		// An ask may sell GPUs that spot leases hold when a take of it
-		// would preempt them (market.CanPreempt, as the take's choice).
-		for _, p := range n.preemptible(o.Market) {
-			if market.CanPreempt(p, o.LeaseType, o.Price, n.preemptMargin) {
-				avail += len(p.GPUs)
-			}
-		}
+		// would preempt them (the candidates ChoosePreempted picks from).
+		avail := len(free) + market.PreemptibleGPUs(n.preemptible(o.Market), o.LeaseType, o.Price, n.preemptMargin)
 		if uint32(avail) < o.Quantity {
 			return nil, nil, api.BadRequest("ask for %d GPUs in %s, %d free", o.Quantity, o.Market, avail)
 		}
@@ -174,7 +169,7 @@ func (n *Node) buildOrder(req api.OrderRequest) (*market.Order, *proto.Order, er
 func (n *Node) PlaceOrder(ctx context.Context, req api.OrderRequest) (_ api.OrderView, err error) {
 	defer classified(&err)
 	if req.Resell != "" {
-		return n.placeResale(ctx, req) // resale.go
+		return n.placeResale(ctx, req) // package resale
 	}
 	if w := workloadOf(req); !w.Empty() {
 		if req.Side != "bid" {
@@ -283,24 +278,9 @@ func (n *Node) ownFilledQty(id string) uint32 {
 	return sum
 }
 
-// freeGPUs lists this provider's GPUs in a market not reserved by a lease.
-func (n *Node) freeGPUs(mkt string) ([]string, error) {
-	offer := n.Published()
-	if offer == nil {
-		return nil, fmt.Errorf("%w: no published offer", api.ErrNoGPUs)
-	}
-	busy, err := n.store.ReservedGPUs(n.now())
-	if err != nil {
-		return nil, err
-	}
-	var free []string
-	for _, g := range offer.Gpus {
-		if g.Market == mkt && !busy[g.Uuid] {
-			free = append(free, g.Uuid)
-		}
-	}
-	return free, nil
-}
+// freeGPUs lists this provider's GPUs in a market not reserved by a lease
+// (provider.Provider.FreeGPUs).
+func (n *Node) freeGPUs(mkt string) ([]string, error) { return n.prov.FreeGPUs(mkt) }
 
 // ownFilled records a fill of one of this node's orders.
 func (n *Node) ownFilled(f market.Fill, l *proto.Lease) {

@@ -53,28 +53,3 @@ func WithSlurm(cfg SlurmConfig) Option {
 		return nil
 	}
 }
-
-// newSlurmExecutor is the Slurm executor of this provider.
-func (n *Node) newSlurmExecutor(o options) (*executor.SlurmExecutor, error) {
-	if o.slurm == nil {
-		return nil, errors.New("node: the slurm executor needs WithSlurm")
-	}
-	return &executor.SlurmExecutor{Slurm: o.slurm.Slurm, Owner: n.host.ID().String(), Partition: o.slurm.Partition,
-		SpotPartition: o.slurm.SpotPartition, WorkRoot: o.slurm.WorkRoot}, nil
-}
-
-// executorFor is the executor that runs a workload asking for name: on a
-// provider that sells a Slurm cluster and runs no local processes, a
-// command (the process executor's spec) runs as a Slurm job.
-func (n *Node) executorFor(name string) string {
-	if name != ExecProcess {
-		return name
-	}
-	if _, ok := n.leases.executors[ExecProcess]; ok {
-		return name
-	}
-	if _, ok := n.leases.executors[ExecSlurm]; ok {
-		return ExecSlurm
-	}
-	return name
-}

@@ -51,6 +51,13 @@ func TestSlurmProviderSells(t *testing.T) {
 	if len(o.Gpus) != 8 || !strings.HasPrefix(o.Host.Backend, "slurm:") || o.Gpus[0].Market != h100 {
 		t.Fatalf("offer: %d GPUs, backend %q, market %q; want 8 Slurm-managed %s", len(o.Gpus), o.Host.Backend, o.Gpus[0].Market, h100)
 	}
+	nodes := map[string]bool{}
+	for _, g := range o.Gpus {
+		nodes[g.Node] = true
+	}
+	if o.Scheduler != "slurm" || o.Host.SchedulerVersion == "" || o.MaxNodes < 1 || int(o.MaxNodes) > len(nodes) || nodes[""] {
+		t.Fatalf("offer: scheduler %q %q, a lease spans %d nodes, GPUs on nodes %v; want slurm, its version, each GPU's node", o.Scheduler, o.Host.SchedulerVersion, o.MaxNodes, nodes)
+	}
 	id := tradeWorkload(t, ctx, provider, buyer, "8s", api.OrderRequest{Exec: []string{"sh", "-c", `echo "hello gpus=$CUDA_VISIBLE_DEVICES"; exec sleep 300`}})
 	t.Cleanup(func() {
 		if j := slurmJob(t, s, id); j != nil && j.State == "RUNNING" {

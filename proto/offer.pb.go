@@ -163,7 +163,16 @@ type Offer struct {
 	// isolation is what keeps a buyer's workload from the provider and the
 	// next tenant: the weakest level among the executors the provider allows
 	// that run buyer code (as `suanli status` shows it).
-	Isolation     IsolationLevel `protobuf:"varint,15,opt,name=isolation,proto3,enum=suanli.v1.IsolationLevel" json:"isolation,omitempty"`
+	Isolation IsolationLevel `protobuf:"varint,15,opt,name=isolation,proto3,enum=suanli.v1.IsolationLevel" json:"isolation,omitempty"`
+	// scheduler names the workload scheduler that places this provider's
+	// leases, e.g. "slurm": a cluster's scheduler, not the provider, picks
+	// the device indices, and the cluster's own users share the GPUs that
+	// are not offered. Empty: the provider runs leases on its own machine.
+	Scheduler string `protobuf:"bytes,16,opt,name=scheduler,proto3" json:"scheduler,omitempty"`
+	// max_nodes is the most nodes (GPU.node) one lease's GPUs may span,
+	// run as one job across them (a multi-node lease). 0 or 1: every GPU of
+	// a lease is on one node.
+	MaxNodes      uint32 `protobuf:"varint,17,opt,name=max_nodes,json=maxNodes,proto3" json:"max_nodes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -303,6 +312,20 @@ func (x *Offer) GetIsolation() IsolationLevel {
 	return IsolationLevel_ISOLATION_LEVEL_UNSPECIFIED
 }
 
+func (x *Offer) GetScheduler() string {
+	if x != nil {
+		return x.Scheduler
+	}
+	return ""
+}
+
+func (x *Offer) GetMaxNodes() uint32 {
+	if x != nil {
+		return x.MaxNodes
+	}
+	return 0
+}
+
 // GPU is one device as NVML reported it.
 type GPU struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -323,8 +346,11 @@ type GPU struct {
 	// provider knew it when it signed the offer; 0 when the GPU was free.
 	// A GPU whose time has passed is free again (see market.OfferCapacity).
 	LeasedUntilUnixMs int64 `protobuf:"varint,13,opt,name=leased_until_unix_ms,json=leasedUntilUnixMs,proto3" json:"leased_until_unix_ms,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// node is the scheduler's node holding the GPU (Offer.scheduler set);
+	// a lease's GPUs on several nodes make a multi-node lease.
+	Node          string `protobuf:"bytes,14,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GPU) Reset() {
@@ -448,6 +474,13 @@ func (x *GPU) GetLeasedUntilUnixMs() int64 {
 	return 0
 }
 
+func (x *GPU) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
 // Evidence is a GPU's confidential-computing attestation report over the
 // offer's evidence_nonce, with its certificate chain as indices into
 // Offer.certs, leaf first.
@@ -522,8 +555,10 @@ type Host struct {
 	MilliCpusPerGpu   uint64 `protobuf:"varint,10,opt,name=milli_cpus_per_gpu,json=milliCpusPerGpu,proto3" json:"milli_cpus_per_gpu,omitempty"`
 	MemoryBytesPerGpu uint64 `protobuf:"varint,11,opt,name=memory_bytes_per_gpu,json=memoryBytesPerGpu,proto3" json:"memory_bytes_per_gpu,omitempty"`
 	DiskBytesPerGpu   uint64 `protobuf:"varint,12,opt,name=disk_bytes_per_gpu,json=diskBytesPerGpu,proto3" json:"disk_bytes_per_gpu,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// scheduler_version is the version of Offer.scheduler, e.g. "22.05.8".
+	SchedulerVersion string `protobuf:"bytes,15,opt,name=scheduler_version,json=schedulerVersion,proto3" json:"scheduler_version,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Host) Reset() {
@@ -638,6 +673,13 @@ func (x *Host) GetDiskBytesPerGpu() uint64 {
 		return x.DiskBytesPerGpu
 	}
 	return 0
+}
+
+func (x *Host) GetSchedulerVersion() string {
+	if x != nil {
+		return x.SchedulerVersion
+	}
+	return ""
 }
 
 // Pricing is per GPU-hour, in micro-units of currency.
@@ -859,7 +901,7 @@ var File_offer_proto protoreflect.FileDescriptor
 const file_offer_proto_rawDesc = "" +
 	"\n" +
 	"\voffer.proto\x12\tsuanli.v1\x1a\n" +
-	"book.proto\"\xac\x04\n" +
+	"book.proto\"\xe7\x04\n" +
 	"\x05Offer\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\fR\bprovider\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12&\n" +
@@ -878,7 +920,9 @@ const file_offer_proto_rawDesc = "" +
 	"compliance\x12\x14\n" +
 	"\x05certs\x18\r \x03(\fR\x05certs\x12%\n" +
 	"\x0eevidence_nonce\x18\x0e \x01(\fR\revidenceNonce\x127\n" +
-	"\tisolation\x18\x0f \x01(\x0e2\x19.suanli.v1.IsolationLevelR\tisolation\"\xac\x03\n" +
+	"\tisolation\x18\x0f \x01(\x0e2\x19.suanli.v1.IsolationLevelR\tisolation\x12\x1c\n" +
+	"\tscheduler\x18\x10 \x01(\tR\tscheduler\x12\x1b\n" +
+	"\tmax_nodes\x18\x11 \x01(\rR\bmaxNodes\"\xc0\x03\n" +
 	"\x03GPU\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -895,10 +939,11 @@ const file_offer_proto_rawDesc = "" +
 	"\vmig_enabled\x18\v \x01(\bR\n" +
 	"migEnabled\x12/\n" +
 	"\bevidence\x18\f \x01(\v2\x13.suanli.v1.EvidenceR\bevidence\x12/\n" +
-	"\x14leased_until_unix_ms\x18\r \x01(\x03R\x11leasedUntilUnixMs\"8\n" +
+	"\x14leased_until_unix_ms\x18\r \x01(\x03R\x11leasedUntilUnixMs\x12\x12\n" +
+	"\x04node\x18\x0e \x01(\tR\x04node\"8\n" +
 	"\bEvidence\x12\x16\n" +
 	"\x06report\x18\x01 \x01(\fR\x06report\x12\x14\n" +
-	"\x05chain\x18\x02 \x03(\rR\x05chain\"\xd1\x03\n" +
+	"\x05chain\x18\x02 \x03(\rR\x05chain\"\xfe\x03\n" +
 	"\x04Host\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x12%\n" +
 	"\x0edriver_version\x18\x02 \x01(\tR\rdriverVersion\x12.\n" +
@@ -912,7 +957,8 @@ const file_offer_proto_rawDesc = "" +
 	"\x12milli_cpus_per_gpu\x18\n" +
 	" \x01(\x04R\x0fmilliCpusPerGpu\x12/\n" +
 	"\x14memory_bytes_per_gpu\x18\v \x01(\x04R\x11memoryBytesPerGpu\x12+\n" +
-	"\x12disk_bytes_per_gpu\x18\f \x01(\x04R\x0fdiskBytesPerGpu\"\x8e\x02\n" +
+	"\x12disk_bytes_per_gpu\x18\f \x01(\x04R\x0fdiskBytesPerGpu\x12+\n" +
+	"\x11scheduler_version\x18\x0f \x01(\tR\x10schedulerVersion\"\x8e\x02\n" +
 	"\aPricing\x12\x1a\n" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12(\n" +
 	"\x10on_demand_micros\x18\x02 \x01(\x03R\x0eonDemandMicros\x12/\n" +

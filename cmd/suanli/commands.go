@@ -137,10 +137,23 @@ func printOffers(e *env, offers []api.OfferView) {
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROVIDER\tREGION\tGPUS\tFREE\tMEMORY/GPU\tVCPU+RAM/GPU\tPRICE/GPU-H\tATTESTATION")
 	for _, o := range offers {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s %s\t%s\n", short(o.Provider), o.Region, gpuSummary(o.GPUs), freeSummary(o), memSummary(o.GPUs),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s %s\t%s\n", short(o.Provider), o.Region, gpuSummary(o.GPUs)+schedulerSummary(o), freeSummary(o), memSummary(o.GPUs),
 			perGPUSummary(o.PerGPU), priceSummary(o), o.Currency, o.Attestation)
 	}
 	tw.Flush()
+}
+
+// schedulerSummary says, for a cluster's offer, who places its leases and
+// over how many of its nodes one lease may spread.
+func schedulerSummary(o api.OfferView) string {
+	if o.Scheduler == "" {
+		return ""
+	}
+	nodes := map[string]bool{}
+	for _, g := range o.GPUs {
+		nodes[g.Node] = true
+	}
+	return fmt.Sprintf(" on %s (%s; a lease spans up to %d)", plural(len(nodes), "node"), o.Scheduler, o.MaxNodes)
 }
 
 func short(id string) string {

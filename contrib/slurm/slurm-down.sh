@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Stop the cluster contrib/slurm/slurm-up.sh started in DIR: cancel its
-# jobs, stop slurmd, slurmctld and munged (each by the pid file it wrote),
+# jobs, stop every slurmd, slurmctld and munged (each by the pid file it wrote),
 # and leave DIR for the logs.
 #
 #   contrib/slurm/slurm-down.sh DIR
@@ -20,7 +20,7 @@ stop() {
   for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.2; done
   kill -9 "$pid" 2>/dev/null || true
 }
-stop "$dir/slurmd.pid"
+for f in "$dir"/slurmd-*.pid "$dir/slurmd.pid"; do stop "$f"; done
 stop "$dir/slurmctld.pid"
 stop "$dir/munge/munged.pid"
 rm -f "$dir/munge/munge.sock"

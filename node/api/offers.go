@@ -37,7 +37,12 @@ type OfferView struct {
 	Attestation string `json:"attestation"`
 	// Isolation is the provider's isolation level (IsolationNone, …; ""
 	// when its offer does not say).
-	Isolation string    `json:"isolation,omitempty"`
+	Isolation string `json:"isolation,omitempty"`
+	// Scheduler names the workload scheduler that places the provider's
+	// leases ("slurm"; "" for a single machine), and MaxNodes how many of
+	// its nodes one lease's GPUs may span.
+	Scheduler string    `json:"scheduler,omitempty"`
+	MaxNodes  uint32    `json:"max_nodes,omitempty"`
 	Seq       uint64    `json:"seq"`
 	Expires   time.Time `json:"expires"`
 	Addrs     []string  `json:"addrs,omitempty"`
@@ -73,6 +78,8 @@ type GPUSummary struct {
 	Market      string `json:"market"`
 	MemoryBytes uint64 `json:"memory_bytes"`
 	Evidence    bool   `json:"evidence,omitempty"`
+	// Node is the scheduler's node holding the GPU (a scheduler's offer).
+	Node string `json:"node,omitempty"`
 	// LeasedUntil is when the lease holding the GPU ends; nil when free.
 	LeasedUntil *time.Time `json:"leased_until,omitempty"`
 }

@@ -92,18 +92,32 @@ type SlurmRequest struct {
 	Total   int
 }
 
-// Args are sbatch's placement arguments.
-func (r SlurmRequest) Args() []string {
+// Args are sbatch's arguments for the job: each's is the arguments every
+// component takes (partition, time limit, reservation) and the placement.
+// The same count on every node is one job with --gres per node. Uneven
+// counts are a heterogeneous job, one component per node with its own
+// --gres (components separated by ":"): --gpus=N over the nodes would let
+// Slurm spread them its own way (4 over 2 nodes as 3+1 whatever was
+// leased). A heterogeneous job is still one job: one ID, one batch script
+// (on the first node; srun --het-group=0-K reaches all), one scancel.
+func (r SlurmRequest) Args(each ...string) []string {
 	typ := ""
 	if r.Type != "" {
 		typ = r.Type + ":"
 	}
-	args := []string{"--nodes=" + strconv.Itoa(len(r.Nodes)), "--nodelist=" + strings.Join(r.Nodes, ",")}
 	if len(slices.Compact(slices.Clone(r.PerNode))) == 1 {
-		return append(args, "--gres=gpu:"+typ+strconv.Itoa(r.PerNode[0]))
+		return append(slices.Clone(each), "--nodes="+strconv.Itoa(len(r.Nodes)), "--nodelist="+strings.Join(r.Nodes, ","),
+			"--gres=gpu:"+typ+strconv.Itoa(r.PerNode[0]))
 	}
-	// Uneven counts: the job's total, spread by Slurm over the nodes.
-	return append(args, "--gpus="+typ+strconv.Itoa(r.Total))
+	var args []string
+	for i, n := range r.Nodes {
+		if i > 0 {
+			args = append(args, ":")
+		}
+		args = append(args, each...)
+		args = append(args, "--nodes=1", "--nodelist="+n, "--gres=gpu:"+typ+strconv.Itoa(r.PerNode[i]))
+	}
+	return args
 }
 
 // PlanSlurm maps leased GPU UUIDs (gpu.SlurmGPU) to a job's placement:
@@ -115,7 +129,12 @@ func PlanSlurm(uuids []string) (SlurmRequest, error) {
 		return r, fmt.Errorf("%w: slurm executor: no GPUs", ErrRefused)
 	}
 	count := map[string]int{}
+	seen := map[string]bool{}
 	for i, u := range uuids {
+		if seen[u] {
+			return r, fmt.Errorf("%w: slurm executor: GPU %s listed twice", ErrRefused, u)
+		}
+		seen[u] = true
 		g, err := gpu.ParseSlurmUUID(u)
 		if err != nil {
 			return r, fmt.Errorf("%w: slurm executor: %v", ErrRefused, err)
@@ -196,17 +215,28 @@ func (s *SlurmExecutor) Start(ctx context.Context, w Workload) (Execution, error
 	os.Remove(out)
 	args := []string{"--parsable", "--job-name=" + SlurmJobPrefix + w.LeaseID, "--comment=" + s.comment(w.LeaseID),
 		"--chdir=" + dir, "--output=" + out, "--open-mode=append", "--no-requeue"}
+	// Every component of a heterogeneous job takes these.
+	var each []string
 	part := s.Partition
 	if w.Spot && s.SpotPartition != "" {
 		part = s.SpotPartition
 	}
 	if part != "" {
-		args = append(args, "--partition="+part)
+		each = append(each, "--partition="+part)
 	}
 	if t := timeLimit(w.End, time.Now()); t != "" {
-		args = append(args, "--time="+t)
+		each = append(each, "--time="+t)
 	}
-	args = append(args, plan.Args()...)
+	// A reserved block held by Reserve runs in its reservation: the job
+	// pends until the reservation starts, then has its nodes.
+	resv, err := s.reservationOf(ctx, w.LeaseID)
+	if err != nil {
+		return nil, err
+	}
+	if resv != "" {
+		each = append(each, "--reservation="+resv)
+	}
+	args = append(args, plan.Args(each...)...)
 	res, err := s.Slurm.Run(ctx, batchScript(w), "sbatch", args...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: slurm executor: %v", ErrRefused, err)
@@ -259,17 +289,20 @@ func (s *SlurmExecutor) Adopt(ctx context.Context, w Workload, handle string) (E
 }
 
 // Sweep implements Adopter: cancel this owner's pending or running jobs
-// whose lease keep does not know.
+// and delete its reservations whose lease keep does not know.
 func (s *SlurmExecutor) Sweep(ctx context.Context, keep func(string) bool) ([]string, error) {
 	jobs, err := s.Slurm.Jobs(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var removed []string
+	removed, err := s.sweepReservations(ctx, keep)
+	if err != nil {
+		return removed, err
+	}
 	for _, j := range jobs {
 		lease, ok := s.leaseOfComment(j.Comment)
-		if !ok || !strings.HasPrefix(j.Name, SlurmJobPrefix) || keep(lease) {
-			continue
+		if !ok || !strings.HasPrefix(j.Name, SlurmJobPrefix) || keep(lease) || j.HetJobID != "" && j.HetJobID != j.ID {
+			continue // a heterogeneous job's component goes with its leader
 		}
 		if j.State != "PENDING" && j.State != "RUNNING" && j.State != "SUSPENDED" {
 			continue
@@ -277,7 +310,9 @@ func (s *SlurmExecutor) Sweep(ctx context.Context, keep func(string) bool) ([]st
 		if _, err := s.Slurm.Run(ctx, nil, "scancel", j.ID); err != nil {
 			return removed, err
 		}
-		removed = append(removed, lease)
+		if !slices.Contains(removed, lease) {
+			removed = append(removed, lease)
+		}
 	}
 	return removed, nil
 }
@@ -295,12 +330,30 @@ func (s *SlurmExecutor) job(ctx context.Context, id string) (*gpu.SlurmJob, erro
 	if err != nil {
 		return nil, err
 	}
-	for _, j := range jobs {
-		if j.ID == id {
-			return &j, nil
+	return hetJob(jobs, id), nil
+}
+
+// hetJob is job id of jobs, nil if it is not there, with the GPUs of its
+// other components when it leads a heterogeneous job.
+func hetJob(jobs []gpu.SlurmJob, id string) *gpu.SlurmJob {
+	i := slices.IndexFunc(jobs, func(j gpu.SlurmJob) bool { return j.ID == id })
+	if i < 0 {
+		return nil
+	}
+	job := jobs[i]
+	if job.HetJobID != id {
+		return &job
+	}
+	gpus := map[string][]gpu.SlurmGres{}
+	for _, c := range jobs {
+		if c.HetJobID == id {
+			for n, gs := range c.GPUs {
+				gpus[n] = append(gpus[n], gs...)
+			}
 		}
 	}
-	return nil, nil
+	job.GPUs = gpus
+	return &job
 }
 
 // slurmRun is one lease's job.
@@ -461,7 +514,8 @@ func (r *slurmRun) Result() ExitResult {
 }
 
 // Info implements Execution: the handle is the job ID, GPUAccess the gres
-// Slurm allocated ("slurm gpu:h100:2(IDX:0-1) on vm").
+// Slurm allocated and the reservation the job runs in ("slurm
+// gpu:h100:2[0 1] on vm in reservation suanli-L.P").
 func (r *slurmRun) Info() Info {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -476,12 +530,17 @@ func (r *slurmRun) Info() Info {
 			access += fmt.Sprintf(" gpu:%s:%d%v on %s", g.Type, g.Count, g.Used, n)
 		}
 	}
+	if r.job.Reservation != "" {
+		access += " in reservation " + r.job.Reservation
+	}
 	return Info{Executor: Slurm, Handle: r.id, State: strings.ToLower(r.state), GPUAccess: access, Started: r.job.Start}
 }
 
 // Stop implements Execution: scancel (SIGTERM, SIGKILL after KillWait),
-// then SIGKILL if the job outlives grace plus a minute.
+// then SIGKILL if the job outlives grace plus a minute; the lease's
+// reservation, if it has one, is deleted.
 func (r *slurmRun) Stop(grace time.Duration) error {
+	defer r.ex.Release(context.Background(), r.w.LeaseID)
 	select {
 	case <-r.done:
 		return nil

@@ -121,26 +121,25 @@ func freeGPUs(t *testing.T, b *gpu.SlurmBackend, n int) []string {
 	return out
 }
 
-// allocated are the gres indices Slurm allocated to the job, per node.
+// allocated are the gres indices Slurm allocated to the job (every
+// component of a heterogeneous one), per node.
 func allocated(t *testing.T, s gpu.Slurm, id string) map[string][]int {
 	t.Helper()
 	jobs, err := s.Jobs(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, j := range jobs {
-		if j.ID == id {
-			out := map[string][]int{}
-			for n, gs := range j.GPUs {
-				for _, g := range gs {
-					out[n] = append(out[n], g.Used...)
-				}
-			}
-			return out
+	j := hetJob(jobs, id)
+	if j == nil {
+		t.Fatalf("job %s not in squeue", id)
+	}
+	out := map[string][]int{}
+	for n, gs := range j.GPUs {
+		for _, g := range gs {
+			out[n] = append(out[n], g.Used...)
 		}
 	}
-	t.Fatalf("job %s not in squeue", id)
-	return nil
+	return out
 }
 
 func TestSlurmLeaseJob(t *testing.T) {
@@ -240,10 +239,16 @@ func TestSlurmNoSharedGPU(t *testing.T) {
 		runs = append(runs, run)
 	}
 	a, c := allocated(t, s, runs[0].Info().Handle), allocated(t, s, runs[1].Info().Handle)
-	for node, idx := range a {
-		if len(idx) != 4 || len(c[node]) != 4 {
-			t.Fatalf("allocations %v and %v: want 4 GPUs each", a, c)
+	count := func(m map[string][]int) (n int) {
+		for _, idx := range m {
+			n += len(idx)
 		}
+		return n
+	}
+	if count(a) != 4 || count(c) != 4 {
+		t.Fatalf("allocations %v and %v: want 4 GPUs each", a, c)
+	}
+	for node, idx := range a {
 		for _, i := range idx {
 			if slices.Contains(c[node], i) {
 				t.Fatalf("GPU %d of %s in both jobs: %v, %v", i, node, a, c)
@@ -421,11 +426,14 @@ func TestPlanSlurm(t *testing.T) {
 		t.Errorf("even multi-node: %s", got)
 	}
 	p, _ = PlanSlurm([]string{u("n1", "h100", 0), u("n2", "h100", 0), u("n1", "h100", 1)})
-	if got := strings.Join(p.Args(), " "); got != "--nodes=2 --nodelist=n1,n2 --gpus=h100:3" {
+	if got := strings.Join(p.Args("--time=5"), " "); got != "--time=5 --nodes=1 --nodelist=n1 --gres=gpu:h100:2 : --time=5 --nodes=1 --nodelist=n2 --gres=gpu:h100:1" {
 		t.Errorf("uneven multi-node: %s", got)
 	}
 	if _, err := PlanSlurm([]string{u("n1", "h100", 0), u("n1", "a100", 1)}); !errors.Is(err, ErrRefused) {
 		t.Errorf("mixed types: %v", err)
+	}
+	if _, err := PlanSlurm([]string{u("n1", "h100", 0), u("n1", "h100", 0)}); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "twice") {
+		t.Errorf("a GPU twice: %v", err)
 	}
 	if got := string(batchScript(Workload{LeaseID: "L", Command: []string{"echo", "it's $HOME"}})); !strings.Contains(got, `exec 'echo' 'it'\''s $HOME'`) {
 		t.Errorf("script %q", got)

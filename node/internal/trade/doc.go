@@ -54,7 +54,7 @@
 // lock; then, under the trade lock, its quantity less the takes in flight
 // covers the take, the price is the order's, the pair matches by the
 // book's own rules, and an ask's GPUs are chosen (free ones, else spot
-// leases to preempt, market.CanPreempt); after the lock the buyer's credit
+// leases to preempt, market.ChoosePreempted); after the lock the buyer's credit
 // is checked and the GPUs are held in the store (synced); the accept is
 // signed only within AcceptWindow of the take's arrival.
 //
@@ -73,7 +73,7 @@
 // # Preemption
 //
 // A provider whose GPUs are all leased takes an on-demand or reserved
-// trade (or a spot one paying the margin more; market.CanPreempt) by
+// trade (or a spot one paying the margin more) by
 // interrupting the spot leases that lose it the least revenue
 // (market.ChoosePreempted). Each victim is marked preempted once (while
 // it runs and was not preempted before), its buyer gets a signed notice,

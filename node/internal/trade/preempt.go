@@ -15,7 +15,7 @@ import (
 // Spot preemption: a provider whose GPUs are all leased takes an
 // on-demand or reserved trade (or a spot one paying the margin more) by
 // interrupting the spot leases that lose it the least revenue
-// (market.ChoosePreempted, market.CanPreempt). Each victim's buyer gets a
+// (market.ChoosePreempted; market.PreemptibleGPUs counts its candidates). Each victim's buyer gets a
 // signed notice; its workload gets SIGTERM at once and the notice period
 // as grace; at the notice's end both sides close it as preempted, billed
 // to that moment, and the new lease starts then on its GPUs.

@@ -1,15 +1,18 @@
-package node
+package lease
 
 import (
 	"bytes"
+	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	gproto "google.golang.org/protobuf/proto"
 
@@ -18,51 +21,30 @@ import (
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/executor"
 	"github.com/suanli/suanli/node/internal/leases"
+	"github.com/suanli/suanli/node/internal/store"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
 
-// A lease is stored as its terms (store.PutLease), its record
-// (leases.Record as JSON, store.PutLeaseRecord), its receipts, the evidence
-// against its provider and its workload's output; the keys are in
-// internal/store/keys.go.
-
-// The lease protocol (/suanli/receipt/1.0.0), as each side applies it.
-// States are market.LeaseState; "owed" is a close notice this side still
-// has to deliver (Record.CloseOwed).
-//
-//	state     message in              provider                                 buyer
-//	running   receipt (R)             refused: not the buyer                   checked, then countersigned if vouched
-//	                                                                           (market.VouchWindow), else kept, refused
-//	running   countersign (answer)    stored, chain advances                   -
-//	running   close (X), its reason   checked (parties; type: reserved not     checked (parties, the provider's reasons)
-//	                                  ended early, market.CheckBuyerClose;     → closed at the notice's time
-//	                                  completed only at the end) → closed at
-//	                                  the notice's time, receipts past it
-//	                                  dropped (never countersigned)
-//	running   close, not its reason   refused (kind=close, reason=reason)      refused
-//	running   preemption (N)          refused: not the buyer                   checked (market.CheckPreemption), ends then
-//	starting  close                   refused, out-of-turn                     refused, out-of-turn
-//	closed    receipt                 -                                        taken for windows up to the close, else
-//	                                                                           refused (market.Lease.AddReceipt)
-//	closed    close                   AgreeClose(own, theirs): the earlier;    same
-//	                                  own refused by them: theirs
-//	closed    owed                    re-sent until FrameOK or FrameRefuse     same
-//	any       unknown lease or peer   refused (kind=close, unknown-lease)      same
+// workloadStartBudget bounds a workload's preparation (for docker: the
+// image pull and container start) beyond the executor's own limits.
+const workloadStartBudget = 15 * time.Minute
 
 // leaseStopGrace is how long a workload gets between SIGTERM and SIGKILL.
 const leaseStopGrace = 2 * time.Second
 
-// leaseRun is one lease this node is party to, in memory.
-type leaseRun struct {
+// Run is one lease this node is party to, in memory. Its fields are
+// guarded by mu; id, terms and peer never change.
+type Run struct {
 	id    string
 	terms *proto.Lease
 	peer  peer.ID // the counterparty
+	ext   any     // the node's handle of this run (Hooks.Track); set before the run is shared
 
 	mu     sync.Mutex
-	ml     *market.Lease
+	ml     *market.Lease // replaced in place (rebuildLocked), never swapped
 	rec    leases.Record
-	exec   Execution
+	exec   executor.Execution
 	meter  map[string]*gpuMeter
 	logSeq uint64
 	wake   chan struct{}
@@ -87,134 +69,215 @@ type leaseRun struct {
 	closeTakenAt time.Time
 }
 
+// RunParts are a run's fields as the node's transitional handle reads
+// them (see Hooks.Track): the lock and pointers into the run itself.
+// ML is replaced in place, never swapped, so the pointer stays good.
+type RunParts struct {
+	ID    string
+	Terms *proto.Lease
+	Peer  peer.ID
+	Mu    *sync.Mutex
+	ML    *market.Lease
+	Rec   *leases.Record
+}
+
+// Parts are r's fields for the node's handle (Hooks.Track).
+func (r *Run) Parts() RunParts {
+	return RunParts{ID: r.id, Terms: r.terms, Peer: r.peer, Mu: &r.mu, ML: r.ml, Rec: &r.rec}
+}
+
+// Ext is what Hooks.Track returned for r.
+func (r *Run) Ext() any { return r.ext }
+
+// ExecLocked is r's running workload (nil: none). Holds r's lock.
+func (r *Run) ExecLocked() executor.Execution { return r.exec }
+
 type gpuMeter struct {
 	utilSum, samples      uint64
 	maxMem                uint64
 	energyFirst, energyAt uint64
 }
 
-// leaseManager is the node's leases and settlement state.
-type leaseManager struct {
-	mu        sync.Mutex
-	runs      map[string]*leaseRun
-	executors map[string]Executor
-	grace     time.Duration // 0: market.DefaultUnpaidGrace intervals
-	withhold  bool          // test hook: never countersign
-	handlers  sync.WaitGroup
-	closed    bool
+// Manager runs the leases this node is party to: their loops, messages,
+// workloads and redials.
+type Manager struct {
+	host    host.Host
+	key     crypto.PrivKey
+	store   *store.Store
+	clock   Clock
+	log     *slog.Logger
+	metrics Metrics
+	gpus    gpu.Backend // nil: a buyer
+	hooks   Hooks
+	ctx     context.Context
+	spawn   func(func()) bool
+
+	logs leaseLogs // stored workload output under its cap (logs.go)
+
+	mu          sync.Mutex
+	runs        map[string]*Run
+	executors   map[string]executor.Executor
+	unpaidGrace time.Duration // 0: market.DefaultUnpaidGrace intervals
+	withhold    bool          // test hook: never countersign
+	handlers    sync.WaitGroup
+	closed      bool
 }
 
-// WithUnpaidGrace sets how long a receipt may wait for the buyer's
-// countersignature before the lease ends as unpaid. Default: 3 billing
-// intervals.
-func WithUnpaidGrace(d time.Duration) Option {
-	return func(o *options) error {
-		if d < 0 {
-			return errors.New("node: negative unpaid grace")
-		}
-		o.unpaidGrace = d
-		return nil
+// Config is what a Manager is built from: the node's parts it uses.
+type Config struct {
+	Host  host.Host
+	Key   crypto.PrivKey
+	Store *store.Store
+	Clock Clock
+	Log   *slog.Logger
+	// Metrics counts refusals, failed writes and dropped receipts.
+	Metrics Metrics
+	// GPUs is the provider's backend, sampled into receipts (nil: a buyer).
+	GPUs gpu.Backend
+	// Executors run workloads, by name (NewExecutors).
+	Executors map[string]executor.Executor
+	Hooks     Hooks
+	// Ctx ends with the node; Spawn runs work the node's Close waits for
+	// and reports false once it closes.
+	Ctx   context.Context
+	Spawn func(func()) bool
+	// Grace is the unpaid grace (0: market.DefaultUnpaidGrace intervals);
+	// Withhold makes a buyer never countersign (tests of the unpaid path).
+	Grace    time.Duration
+	Withhold bool
+	// LogCap is how many bytes of each lease's output are kept.
+	LogCap int64
+}
+
+// Metrics is what the lease runtime counts.
+type Metrics interface {
+	// Reject counts a refused message or object of kind for reason.
+	Reject(kind, reason string)
+	// StoreError counts a failed write on the money path, by what.
+	StoreError(what string)
+	// ReceiptsDropped counts receipts dropped past an agreed close.
+	ReceiptsDropped(n int)
+}
+
+// Hooks are what the lease runtime needs from the rest of the node.
+// Each is called without the manager's lock unless it says otherwise.
+type Hooks struct {
+	// Track is called once for each run before it is shared, with the
+	// manager's lock held (and sometimes r's): it returns the node's
+	// handle of r (Run.Ext) and must lock nothing the lease code locks.
+	Track func(r *Run) any
+	// CreditOthers is the buyer's credit with this provider outside r
+	// (ok false: no limit applies).
+	CreditOthers func(r *Run, now time.Time) (market.Credit, bool)
+	// OverCreditLocked reports whether r takes the buyer over its limit,
+	// and the note to close it with. Holds r's lock.
+	OverCreditLocked func(others market.Credit, limited bool, r *Run, now time.Time) (string, bool)
+	// BilledTo is how far r is billed. Holds r's lock.
+	BilledTo func(r *Run) time.Time
+	// LeaseEnded: a provider's lease ended; its capacity is free again.
+	LeaseEnded func()
+	// The receipt protocol's frames the lease runtime does not own:
+	// payments, preemption notices, resale handovers and premiums.
+	TakePayment, TakePreemption, TakePremium func(from peer.ID, body []byte) error
+	TakeHandover                             func(from peer.ID, body []byte) ([]byte, error)
+	// BidWorkload is the workload the buyer's bid asks for (ok false: none).
+	BidWorkload func(bidID string) (executor.Spec, bool)
+	// CachedOffer is p's offer if this node has it (its addresses help redial).
+	CachedOffer func(p peer.ID) *proto.Offer
+	// Limits is what a lease of gpus GPUs may use on this provider.
+	Limits func(gpus int) executor.Limits
+}
+
+// New builds the lease runtime; Start takes up the stored leases.
+func New(c Config) *Manager {
+	return &Manager{
+		host: c.Host, key: c.Key, store: c.Store, clock: c.Clock, log: c.Log, metrics: c.Metrics, gpus: c.GPUs,
+		hooks: c.Hooks, ctx: c.Ctx, spawn: c.Spawn,
+		logs: leaseLogs{limit: c.LogCap, used: map[string]int64{}},
+		runs: map[string]*Run{}, executors: c.Executors, unpaidGrace: c.Grace, withhold: c.Withhold,
 	}
 }
 
-// WithWithheldCountersigns makes a buyer store receipts but never
-// countersign them: for tests of the unpaid path.
-func WithWithheldCountersigns() Option {
-	return func(o *options) error { o.withhold = true; return nil }
-}
+func (m *Manager) now() time.Time { return m.clock.Now() }
 
-func (n *Node) newLeaseManager(o options) (*leaseManager, error) {
-	execs, err := n.newExecutors(o)
-	if err != nil {
-		return nil, err
-	}
-	return &leaseManager{runs: map[string]*leaseRun{}, executors: execs, grace: o.unpaidGrace, withhold: o.withhold}, nil
-}
-
-// setBusy tells a simulated backend that a workload runs on gpus.
-func (n *Node) setBusy(gpus []string, busy bool) {
-	if sim, ok := n.gpus.(gpu.Simulator); ok {
-		for _, g := range gpus {
-			sim.SetBusy(g, busy)
-		}
+// track registers r with the node (Hooks.Track). Holds m.mu.
+func (m *Manager) track(r *Run) {
+	if m.hooks.Track != nil {
+		r.ext = m.hooks.Track(r)
 	}
 }
 
-// startLeases registers the lease protocols and resumes every stored
-// lease: closed ones are listed, open ones go on (or close with a reason
-// when their end passed while the node was down).
-func (n *Node) startLeases(o options) error {
-	m, err := n.newLeaseManager(o)
-	if err != nil {
-		return err
-	}
-	n.leases = m
-	p2p.HandleReceipts(n.host, n.guard(n.handleReceiptMsg))
-	p2p.HandleExec(n.ctx, n.host, func(ctx context.Context, from peer.ID, req []byte, out *p2p.FrameWriter) {
-		if !n.leases.enter() {
+// Start registers the lease protocols and resumes every stored lease:
+// closed ones are listed, open ones go on (or close with a reason when
+// their end passed while the node was down).
+func (m *Manager) Start() error {
+	p2p.HandleReceipts(m.host, m.guard(m.handleReceiptMsg))
+	p2p.HandleExec(m.ctx, m.host, func(ctx context.Context, from peer.ID, req []byte, out *p2p.FrameWriter) {
+		if !m.enter() {
 			return
 		}
-		defer n.leases.handlers.Done()
-		n.handleExec(ctx, from, req, out)
+		defer m.handlers.Done()
+		m.handleExec(ctx, from, req, out)
 	})
-	recs, err := n.leaseRecords()
+	recs, err := leases.Records(m.store)
 	if err != nil {
 		return err
 	}
-	now := n.now()
+	now := m.now()
 	for id, rec := range recs {
-		terms, err := n.store.GetLease(id)
+		terms, err := m.store.GetLease(id)
 		if err != nil {
-			n.log.Warn("lease without terms", "lease", id, "err", err)
+			m.log.Warn("lease without terms", "lease", id, "err", err)
 			continue
 		}
-		r, err := n.replayLease(terms, rec)
+		r, err := m.replayLease(terms, rec)
 		if err != nil {
-			n.log.Warn("lease not resumed", "lease", id, "err", err)
+			m.log.Warn("lease not resumed", "lease", id, "err", err)
 			continue
 		}
 		r.resumedAt = now
-		n.leases.mu.Lock()
-		n.leases.runs[id] = r
-		n.leases.mu.Unlock()
-		n.addPeerAddrs(r)
-		if r.ml.State == market.LeaseClosed && !n.leaseUnsettled(r, now) {
+		m.mu.Lock()
+		m.runs[id] = r
+		m.track(r)
+		m.mu.Unlock()
+		m.addPeerAddrs(r)
+		if r.ml.State == market.LeaseClosed && !m.leaseUnsettled(r, now) {
 			continue
 		}
 		if rec.Role == market.RoleProvider && r.ml.State != market.LeaseClosed {
 			if rec.Workload != nil || rec.Handle != "" || rec.Pgid != 0 {
-				n.resumeWorkload(r)
+				m.resumeWorkload(r)
 			} else {
 				r.rec.HeldSince = now.UnixMilli()
-				r.exec, _ = executor.ReserveExecutor{}.Start(n.ctx, Workload{})
-				r.rec.Executor = ExecReserve
-				if err := n.putLeaseRecord(id, &r.rec); err != nil {
+				r.exec, _ = executor.ReserveExecutor{}.Start(m.ctx, executor.Workload{})
+				r.rec.Executor = executor.Reserve
+				if err := leases.PutRecord(m.store, id, &r.rec); err != nil {
 					return fmt.Errorf("node: resuming lease %s: %w", id, err)
 				}
 			}
 		}
-		n.log.Info("lease resumed", "lease", id, "role", rec.Role, "state", r.ml.State)
-		n.runLease(r)
+		m.log.Info("lease resumed", "lease", id, "role", rec.Role, "state", r.ml.State)
+		m.RunLoop(r)
 	}
-	n.sweepWorkloads()
-	n.spawn(func() {
-		n.redialLoop()
+	m.sweepWorkloads()
+	m.spawn(func() {
+		m.redialLoop()
 	})
 	return nil
 }
 
 // guard wraps a handler so none runs once the node is closing.
-func (n *Node) guard(h p2p.ReceiptHandler) p2p.ReceiptHandler {
+func (m *Manager) guard(h p2p.ReceiptHandler) p2p.ReceiptHandler {
 	return func(from peer.ID, kind byte, body []byte) (byte, []byte) {
-		if !n.leases.enter() {
+		if !m.enter() {
 			return p2p.FrameRefuse, []byte(errNodeClosing)
 		}
-		defer n.leases.handlers.Done()
+		defer m.handlers.Done()
 		return h(from, kind, body)
 	}
 }
 
-func (m *leaseManager) enter() bool {
+func (m *Manager) enter() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -224,22 +287,19 @@ func (m *leaseManager) enter() bool {
 	return true
 }
 
-// stopLeases refuses new lease messages, waits for those in flight and
-// stops the running workloads. Leases stay open in storage: a restarted
-// node resumes them.
-func (n *Node) stopLeases() {
-	if n.leases == nil {
-		return
-	}
-	n.host.RemoveStreamHandler(p2p.ReceiptProtocol)
-	n.host.RemoveStreamHandler(p2p.ExecProtocol)
-	n.leases.mu.Lock()
-	n.leases.closed = true
-	runs := make([]*leaseRun, 0, len(n.leases.runs))
-	for _, r := range n.leases.runs {
+// Stop refuses new lease messages, waits for those in flight and stops
+// the running workloads. Leases stay open in storage: a restarted node
+// resumes them.
+func (m *Manager) Stop() {
+	m.host.RemoveStreamHandler(p2p.ReceiptProtocol)
+	m.host.RemoveStreamHandler(p2p.ExecProtocol)
+	m.mu.Lock()
+	m.closed = true
+	runs := make([]*Run, 0, len(m.runs))
+	for _, r := range m.runs {
 		runs = append(runs, r)
 	}
-	n.leases.mu.Unlock()
+	m.mu.Unlock()
 	for _, r := range runs {
 		r.mu.Lock()
 		ex := r.exec
@@ -251,24 +311,31 @@ func (n *Node) stopLeases() {
 			ex.Stop(leaseStopGrace)
 		}
 	}
-	n.leases.handlers.Wait()
+	m.handlers.Wait()
 }
 
-// replayLease rebuilds a lease from storage: its events in order.
-func (n *Node) replayLease(terms *proto.Lease, rec leases.Record) (*leaseRun, error) {
-	ml, err := market.NewLease(terms)
-	if err != nil {
-		return nil, err
-	}
-	r := &leaseRun{id: terms.Id, terms: terms, ml: ml, rec: rec, wake: make(chan struct{}, 1), meter: map[string]*gpuMeter{}}
+// NewRun is a run of lease terms in state ml and record rec that no
+// manager runs: for the node's tests and benchmarks of what reads runs.
+func NewRun(terms *proto.Lease, ml *market.Lease, rec leases.Record) *Run {
+	r := &Run{id: terms.Id, terms: terms, ml: ml, rec: rec, wake: make(chan struct{}, 1), meter: map[string]*gpuMeter{}}
 	r.peer = peer.ID(terms.Buyer)
 	if rec.Role == market.RoleBuyer {
 		r.peer = peer.ID(terms.Provider)
 	}
+	return r
+}
+
+// replayLease rebuilds a lease from storage: its events in order.
+func (m *Manager) replayLease(terms *proto.Lease, rec leases.Record) (*Run, error) {
+	ml, err := market.NewLease(terms)
+	if err != nil {
+		return nil, err
+	}
+	r := NewRun(terms, ml, rec)
 	if !rec.StartedAt.IsZero() {
 		ml.Start(rec.StartedAt)
 	}
-	chain, err := n.store.Receipts(terms.Id)
+	chain, err := m.store.Receipts(terms.Id)
 	if err != nil {
 		return nil, err
 	}
@@ -278,7 +345,7 @@ func (n *Node) replayLease(terms *proto.Lease, rec leases.Record) (*leaseRun, er
 			return nil, err
 		}
 		hash := proto.ReceiptHash(sr.Receipt)
-		if err := ml.AddReceipt(rc, hash, n.now()); err != nil {
+		if err := ml.AddReceipt(rc, hash, m.now()); err != nil {
 			return nil, fmt.Errorf("stored receipt %d: %w", rc.Seq, err)
 		}
 		if len(sr.Countersign) > 0 {
@@ -291,7 +358,7 @@ func (n *Node) replayLease(terms *proto.Lease, rec leases.Record) (*leaseRun, er
 			}
 		}
 	}
-	r.logSeq, _ = n.store.LastLogSeq(terms.Id)
+	r.logSeq, _ = m.store.LastLogSeq(terms.Id)
 	if rec.State >= market.LeaseEnding && rec.Reason != 0 {
 		if rec.Reason == market.CloseFailed {
 			ml.Fail(rec.EndingAt)
@@ -305,15 +372,15 @@ func (n *Node) replayLease(terms *proto.Lease, rec leases.Record) (*leaseRun, er
 	return r, nil
 }
 
-// leaseFromFill starts a lease from a fill this node is party to; the
+// FromFill starts a lease from a fill this node is party to; the
 // lease terms are already stored (trade.go). A fill seen again changes
 // nothing.
-func (n *Node) leaseFromFill(ev *p2p.BookEvent) {
-	if ev.Lease == nil || n.leases == nil {
+func (m *Manager) FromFill(ev *p2p.BookEvent) {
+	if ev.Lease == nil {
 		return
 	}
 	terms := ev.Lease
-	me := []byte(n.host.ID())
+	me := []byte(m.host.ID())
 	var role market.Role
 	switch {
 	case bytes.Equal(terms.Provider, me):
@@ -325,12 +392,12 @@ func (n *Node) leaseFromFill(ev *p2p.BookEvent) {
 	}
 	ml, err := market.NewLease(terms)
 	if err != nil {
-		n.log.Warn("lease terms refused", "lease", terms.Id, "err", err)
+		m.log.Warn("lease terms refused", "lease", terms.Id, "err", err)
 		return
 	}
 	// The run is built whole before it is put in the runs map: from then
 	// on views and handlers read it, under r.mu only.
-	r := &leaseRun{id: terms.Id, terms: terms, ml: ml, wake: make(chan struct{}, 1), meter: map[string]*gpuMeter{}}
+	r := &Run{id: terms.Id, terms: terms, ml: ml, wake: make(chan struct{}, 1), meter: map[string]*gpuMeter{}}
 	r.rec.Role = role
 	r.peer = peer.ID(terms.Buyer)
 	if role == market.RoleBuyer {
@@ -340,54 +407,57 @@ func (n *Node) leaseFromFill(ev *p2p.BookEvent) {
 		r.rec.Fill, _ = gproto.Marshal(ev.Raw)
 	}
 	if role == market.RoleBuyer {
-		n.ownMu.Lock()
 		r.rec.BidID = ev.Fill.BidID
-		if oo := n.own[ev.Fill.BidID]; oo != nil && !oo.workload.Empty() {
-			spec := oo.workload
+		if spec, ok := m.hooks.BidWorkload(ev.Fill.BidID); ok && !spec.Empty() {
 			r.rec.Workload, r.rec.Exec = &spec, spec.Command
 		}
-		n.ownMu.Unlock()
 	}
-	r.rec.PeerAddrs = n.peerAddrs(r.peer)
+	r.rec.PeerAddrs = m.peerAddrs(r.peer)
 	r.mu.Lock()
-	n.leases.mu.Lock()
-	if _, ok := n.leases.runs[terms.Id]; ok || n.leases.closed {
-		n.leases.mu.Unlock()
+	m.mu.Lock()
+	if _, ok := m.runs[terms.Id]; ok || m.closed {
+		m.mu.Unlock()
 		r.mu.Unlock()
 		return
 	}
-	n.leases.runs[terms.Id] = r
-	n.leases.mu.Unlock()
+	m.runs[terms.Id] = r
+	m.track(r)
+	m.mu.Unlock()
 	start := time.UnixMilli(terms.StartUnixMs)
 	if role == market.RoleProvider {
-		r.exec, _ = executor.ReserveExecutor{}.Start(n.ctx, Workload{LeaseID: terms.Id, GPUs: terms.Gpus})
-		r.rec.Executor, r.rec.HeldSince = ExecReserve, terms.StartUnixMs
+		r.exec, _ = executor.ReserveExecutor{}.Start(m.ctx, executor.Workload{LeaseID: terms.Id, GPUs: terms.Gpus})
+		r.rec.Executor, r.rec.HeldSince = executor.Reserve, terms.StartUnixMs
 	}
-	if now := n.now(); now.After(start) {
+	if now := m.now(); now.After(start) {
 		start = now
 	}
 	r.ml.Start(start)
 	r.syncRecord()
-	if err := n.putLeaseRecord(terms.Id, &r.rec); err != nil {
-		n.failStoreLocked(r, "lease record", err)
+	if err := leases.PutRecord(m.store, terms.Id, &r.rec); err != nil {
+		m.FailStoreLocked(r, "lease record", err)
 	}
 	r.mu.Unlock()
-	n.log.Info("lease started", "lease", terms.Id, "role", role, "gpus", len(terms.Gpus))
-	n.runLease(r)
+	m.log.Info("lease started", "lease", terms.Id, "role", role, "gpus", len(terms.Gpus))
+	m.RunLoop(r)
 	if role == market.RoleBuyer && r.rec.Workload != nil {
-		n.spawn(func() {
-			n.followExec(r)
+		m.spawn(func() {
+			m.followExec(r)
 		})
 	}
 }
 
 // syncRecord copies the market lease's state into the record. Holds r.mu.
-func (r *leaseRun) syncRecord() {
+func (r *Run) syncRecord() {
 	r.rec.State, r.rec.Reason = r.ml.State, r.ml.Reason
 	r.rec.StartedAt, r.rec.EndingAt, r.rec.ClosedAt = r.ml.StartedAt, r.ml.EndingAt, r.ml.ClosedAt
 }
 
-func (n *Node) runLease(r *leaseRun) {
+// RunLoop starts r's loop unless one runs: the provider's meters, bills,
+// sends receipts and owed notices and ends the lease when due; the
+// buyer's closes it at its end or on a silent provider. It steps on the
+// clock's ticks (a quarter interval, 50–250 ms) and at each Poke, and
+// stops once the lease is closed and settled or the node closes.
+func (m *Manager) RunLoop(r *Run) {
 	r.mu.Lock()
 	if r.active {
 		r.mu.Unlock()
@@ -395,16 +465,16 @@ func (n *Node) runLease(r *leaseRun) {
 	}
 	r.active = true
 	r.mu.Unlock()
-	started := n.spawn(func() {
+	started := m.spawn(func() {
 		every := min(max(market.BillingInterval(r.terms)/4, 50*time.Millisecond), 250*time.Millisecond)
-		t := time.NewTicker(every)
+		t := m.clock.NewTicker(every)
 		defer t.Stop()
 		for {
 			var done bool
 			if r.rec.Role == market.RoleProvider {
-				done = n.providerStep(r)
+				done = m.providerStep(r)
 			} else {
-				done = n.buyerStep(r)
+				done = m.buyerStep(r)
 			}
 			if done {
 				// A poke since the step (a close taken, say) found the
@@ -421,12 +491,12 @@ func (n *Node) runLease(r *leaseRun) {
 				return
 			}
 			select {
-			case <-n.ctx.Done():
+			case <-m.ctx.Done():
 				r.mu.Lock()
 				r.active = false
 				r.mu.Unlock()
 				return
-			case <-t.C:
+			case <-t.Chan():
 			case <-r.wake:
 			}
 		}
@@ -438,7 +508,8 @@ func (n *Node) runLease(r *leaseRun) {
 	}
 }
 
-func (r *leaseRun) poke() {
+// Poke makes r's loop step now.
+func (r *Run) Poke() {
 	select {
 	case r.wake <- struct{}{}:
 	default:
@@ -446,16 +517,16 @@ func (r *leaseRun) poke() {
 }
 
 // grace is the unpaid grace of a lease.
-func (n *Node) grace(terms *proto.Lease) time.Duration {
-	if n.leases.grace > 0 {
-		return n.leases.grace
+func (m *Manager) grace(terms *proto.Lease) time.Duration {
+	if m.unpaidGrace > 0 {
+		return m.unpaidGrace
 	}
 	return market.DefaultUnpaidGrace * market.BillingInterval(terms)
 }
 
 // leaseUnsettled reports whether a closed lease still waits for receipts
 // or countersignatures. Holds no lock; reads r under r.mu.
-func (n *Node) leaseUnsettled(r *leaseRun, now time.Time) bool {
+func (m *Manager) leaseUnsettled(r *Run, now time.Time) bool {
 	if r.rec.CloseOwed != nil {
 		return true // the counterparty has yet to hear of the close
 	}
@@ -467,31 +538,31 @@ func (n *Node) leaseUnsettled(r *leaseRun, now time.Time) bool {
 	if r.closeTakenAt.After(from) {
 		from = r.closeTakenAt
 	}
-	return now.Before(from.Add(n.grace(r.terms) + market.BillingInterval(r.terms)))
+	return now.Before(from.Add(m.grace(r.terms) + market.BillingInterval(r.terms)))
 }
 
 // providerStep meters, ends the lease when due, bills due windows and
 // sends receipts not yet countersigned. It reports whether the lease needs
 // no more work.
-func (n *Node) providerStep(r *leaseRun) bool {
-	n.sample(r)
-	now := n.now()
-	others, limited := n.creditOthers(r, now) // credit.go
+func (m *Manager) providerStep(r *Run) bool {
+	m.sample(r)
+	now := m.now()
+	others, limited := m.hooks.CreditOthers(r, now)
 	r.mu.Lock()
 	var notify market.CloseReason
 	switch {
 	case r.ml.State == market.LeaseRunning && !r.rec.PreemptAt.IsZero() && !now.Before(r.rec.PreemptAt) && r.rec.PreemptAt.Before(market.LeaseEnd(r.terms)):
-		n.endLocked(r, market.ClosePreempted, r.rec.PreemptAt, "")
+		m.EndLocked(r, market.ClosePreempted, r.rec.PreemptAt, "")
 		notify = market.ClosePreempted
 	case r.ml.State == market.LeaseRunning && r.ml.Expired(now):
-		n.endLocked(r, market.CloseCompleted, now, "")
-	case r.ml.State == market.LeaseRunning && r.ml.Unpaid(now, n.grace(r.terms)) &&
-		market.Unpaid(r.terms, r.resumedAt, now, n.grace(r.terms)):
-		n.endLocked(r, market.CloseUnpaid, now, "buyer did not countersign within the grace")
+		m.EndLocked(r, market.CloseCompleted, now, "")
+	case r.ml.State == market.LeaseRunning && r.ml.Unpaid(now, m.grace(r.terms)) &&
+		market.Unpaid(r.terms, r.resumedAt, now, m.grace(r.terms)):
+		m.EndLocked(r, market.CloseUnpaid, now, "buyer did not countersign within the grace")
 		notify = market.CloseUnpaid
 	}
-	if note, over := n.overCreditLocked(others, limited, r, now); over {
-		n.endLocked(r, market.CloseUnpaid, r.billedTo(), note)
+	if note, over := m.hooks.OverCreditLocked(others, limited, r, now); over {
+		m.EndLocked(r, market.CloseUnpaid, m.hooks.BilledTo(r), note)
 		notify = market.CloseUnpaid
 	}
 	var failNote string
@@ -500,46 +571,46 @@ func (n *Node) providerStep(r *leaseRun) bool {
 		if !ok {
 			break
 		}
-		if err := n.billLocked(r, w, now); err != nil {
-			if se := (*storeError)(nil); errors.As(err, &se) {
+		if err := m.billLocked(r, w, now); err != nil {
+			if se := (*StoreError)(nil); errors.As(err, &se) {
 				// The receipt is not stored: it is never sent, and the
 				// lease cannot go on billing.
-				n.storeFailed(se, r.id)
+				m.StoreFailed(se, r.id)
 				if r.ml.State == market.LeaseRunning || r.ml.State == market.LeaseStarting {
 					failNote = se.Error()
-					n.endLocked(r, market.CloseFailed, now, failNote)
+					m.EndLocked(r, market.CloseFailed, now, failNote)
 					notify = market.CloseFailed
 				}
 			} else {
-				n.log.Error("billing failed", "lease", r.id, "err", err)
+				m.log.Error("billing failed", "lease", r.id, "err", err)
 			}
 			break
 		}
-		if note, over := n.overCreditLocked(others, limited, r, now); over {
-			n.endLocked(r, market.CloseUnpaid, w.End, note)
+		if note, over := m.hooks.OverCreditLocked(others, limited, r, now); over {
+			m.EndLocked(r, market.CloseUnpaid, w.End, note)
 			notify = market.CloseUnpaid
 		}
 	}
 	closedAt := r.ml.ClosedAt
 	r.mu.Unlock()
 	if notify == market.CloseFailed {
-		n.sendClose(r, notify, closedAt, failNote)
+		m.SendClose(r, notify, closedAt, failNote)
 	} else if notify != 0 {
-		n.sendClose(r, notify, closedAt)
+		m.SendClose(r, notify, closedAt)
 	}
-	n.sendPending(r)
-	n.sendOwedClose(r)
+	m.sendPending(r)
+	m.sendOwedClose(r)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.ml.State == market.LeaseClosed && !n.leaseUnsettled(r, n.now())
+	return r.ml.State == market.LeaseClosed && !m.leaseUnsettled(r, m.now())
 }
 
-// endLocked ends and closes a lease at at for reason. Its workload is
+// EndLocked ends and closes a lease at at for reason. Its workload is
 // stopped (up to leaseStopGrace) without r.mu, so that views and the
 // lease's messages never wait for it; the exit is recorded, the record
 // stored and the GPUs handed back once it has stopped. Until then the
 // lease shows as ending. Holds r.mu.
-func (n *Node) endLocked(r *leaseRun, reason market.CloseReason, at time.Time, note string) {
+func (m *Manager) EndLocked(r *Run, reason market.CloseReason, at time.Time, note string) {
 	at = time.UnixMilli(at.UnixMilli()) // as close notices and receipts carry it: both ends keep one time
 	var err error
 	if reason == market.CloseFailed {
@@ -548,7 +619,7 @@ func (n *Node) endLocked(r *leaseRun, reason market.CloseReason, at time.Time, n
 		err = r.ml.End(reason, at)
 	}
 	if err != nil {
-		n.log.Warn("lease end refused", "lease", r.id, "reason", reason, "err", err)
+		m.log.Warn("lease end refused", "lease", r.id, "reason", reason, "err", err)
 		return
 	}
 	if r.ml.State == market.LeaseEnding {
@@ -560,95 +631,98 @@ func (n *Node) endLocked(r *leaseRun, reason market.CloseReason, at time.Time, n
 	}
 	ex := r.exec
 	if ex == nil {
-		n.closedLocked(r, nil)
+		m.closedLocked(r, nil)
 		return
 	}
 	r.stopping = true
-	n.spawn(func() {
+	m.spawn(func() {
 		if err := ex.Stop(leaseStopGrace); err != nil {
-			n.log.Warn("stopping the workload failed", "lease", r.id, "err", err)
+			m.log.Warn("stopping the workload failed", "lease", r.id, "err", err)
 		}
 		r.mu.Lock()
-		n.closedLocked(r, ex)
+		m.closedLocked(r, ex)
 		r.mu.Unlock()
-		r.poke()
+		r.Poke()
 	})
 }
 
 // closedLocked finishes a lease's end once its workload ex (nil: none)
 // has stopped: the exit recorded, the record stored, the GPUs handed
 // back. Holds r.mu.
-func (n *Node) closedLocked(r *leaseRun, ex Execution) {
+func (m *Manager) closedLocked(r *Run, ex executor.Execution) {
 	if ex != nil {
-		if r.rec.Executor != ExecReserve && r.rec.Executor != "" && r.rec.Exit == nil {
+		if r.rec.Executor != executor.Reserve && r.rec.Executor != "" && r.rec.Exit == nil {
 			res := ex.Result()
 			r.rec.Exit = &res
 		}
 		if r.rec.Info != nil {
 			info := ex.Info()
-			r.rec.Info.State = cmpOr(info.State, "exited")
+			r.rec.Info.State = cmp.Or(info.State, "exited")
 		}
 		r.rec.Pgid = 0
 	}
 	r.stopping = false
 	r.syncRecord()
-	if err := n.putLeaseRecord(r.id, &r.rec); err != nil {
+	if err := leases.PutRecord(m.store, r.id, &r.rec); err != nil {
 		// Closed already: nothing more to end; the resumed lease ends again.
-		n.storeFailed(&storeError{what: "lease record", err: err}, r.id)
+		m.StoreFailed(&StoreError{What: "lease record", Err: err}, r.id)
 	}
 	if r.rec.Role == market.RoleProvider {
-		if err := n.store.ReleaseGPUs(r.terms.Gpus, r.id); err != nil {
-			n.storeFailed(&storeError{what: "GPU release", err: err}, r.id) // the holds lapse at their end
+		if err := m.store.ReleaseGPUs(r.terms.Gpus, r.id); err != nil {
+			m.StoreFailed(&StoreError{What: "GPU release", Err: err}, r.id) // the holds lapse at their end
 		}
-		n.leaseEnded() // capacity.go
+		m.hooks.LeaseEnded()
 	}
-	n.log.Info("lease closed", "lease", r.id, "reason", r.ml.Reason, "role", r.rec.Role)
+	m.log.Info("lease closed", "lease", r.id, "reason", r.ml.Reason, "role", r.rec.Role)
 }
 
-// storeError is a failed write of the store on the money path.
-type storeError struct {
-	what string
-	err  error
+// StoreError is a failed write of the store on the money path.
+type StoreError struct {
+	What string // what was written
+	Err  error
 }
 
-func (e *storeError) Error() string { return "storing " + e.what + " failed: " + e.err.Error() }
-func (e *storeError) Unwrap() error { return e.err }
+// Error says what failed to be stored.
+func (e *StoreError) Error() string { return "storing " + e.What + " failed: " + e.Err.Error() }
 
-// storeFailed logs and counts a failed write on the money path.
-func (n *Node) storeFailed(e *storeError, lease string) {
-	n.metrics.storeErrors.WithLabelValues(e.what).Inc()
-	n.log.Error("store write failed", "what", e.what, "lease", lease, "err", e.err)
+// Unwrap is the store's error.
+func (e *StoreError) Unwrap() error { return e.Err }
+
+// StoreFailed logs and counts a failed write on the money path.
+func (m *Manager) StoreFailed(e *StoreError, lease string) {
+	m.metrics.StoreError(e.What)
+	m.log.Error("store write failed", "what", e.What, "lease", lease, "err", e.Err)
 }
 
-// failStoreLocked ends a running lease as failed after a failed write of
+// FailStoreLocked ends a running lease as failed after a failed write of
 // what, the error as its note, and tells the counterparty (in the
 // background: r.mu is held). A closed lease only logs and counts it.
 // Holds r.mu.
-func (n *Node) failStoreLocked(r *leaseRun, what string, err error) {
-	se := &storeError{what: what, err: err}
-	n.storeFailed(se, r.id)
+func (m *Manager) FailStoreLocked(r *Run, what string, err error) {
+	se := &StoreError{What: what, Err: err}
+	m.StoreFailed(se, r.id)
 	if r.ml.State != market.LeaseRunning && r.ml.State != market.LeaseStarting {
 		return
 	}
 	note := se.Error()
-	n.endLocked(r, market.CloseFailed, n.now(), note)
+	m.EndLocked(r, market.CloseFailed, m.now(), note)
 	at := r.ml.ClosedAt
 	reason := market.CloseFailed
 	if r.rec.Role == market.RoleBuyer {
 		reason = market.CloseBuyer // a buyer's reason to give the provider
 	}
-	n.spawn(func() {
-		n.sendClose(r, reason, at, note)
-		r.poke()
+	m.spawn(func() {
+		m.SendClose(r, reason, at, note)
+		r.Poke()
 	})
 }
 
 // sample reads the leased GPUs' telemetry into the window's meters.
-func (n *Node) sample(r *leaseRun) {
-	if n.gpus == nil {
+func (m *Manager) sample(r *Run) {
+	if m.gpus == nil {
 		return
 	}
-	tel, err := n.gpus.Telemetry()
+	tel, err := m.gpus.Telemetry()
 	if err != nil {
 		return
 	}
@@ -671,13 +745,13 @@ func (n *Node) sample(r *leaseRun) {
 }
 
 // billLocked signs, stores and adds the receipt for window w. Holds r.mu.
-func (n *Node) billLocked(r *leaseRun, w market.Window, now time.Time) error {
+func (m *Manager) billLocked(r *Run, w market.Window, now time.Time) error {
 	ws, we := w.Start.UnixMilli(), w.End.UnixMilli()
 	from := max(ws, r.rec.HeldSince)
 	held := uint64(max(0, we-from))
 	rc := &proto.Receipt{
 		LeaseId: r.id, Seq: r.ml.Chain.Seq + 1, WindowStartUnixMs: ws, WindowEndUnixMs: we,
-		Provider: []byte(n.host.ID()), CreatedUnixMs: max(now.UnixMilli(), we),
+		Provider: []byte(m.host.ID()), CreatedUnixMs: max(now.UnixMilli(), we),
 	}
 	if r.ml.Chain.Seq > 0 {
 		rc.PrevHash = r.ml.Chain.Hash
@@ -700,7 +774,7 @@ func (n *Node) billLocked(r *leaseRun, w market.Window, now time.Time) error {
 		return err
 	}
 	rc.AmountMicros, rc.CumulativeMicros = total-r.ml.Chain.Cumulative, total
-	env, err := p2p.Seal(n.key, rc, proto.MaxReceiptSize)
+	env, err := p2p.Seal(m.key, rc, proto.MaxReceiptSize)
 	if err != nil {
 		return err
 	}
@@ -708,8 +782,8 @@ func (n *Node) billLocked(r *leaseRun, w market.Window, now time.Time) error {
 	if err := r.ml.AddReceipt(rc, hash, now); err != nil {
 		return err
 	}
-	if err := n.store.PutReceipt(r.id, rc.Seq, &proto.SignedReceipt{Receipt: env}); err != nil {
-		return &storeError{what: "receipt", err: err}
+	if err := m.store.PutReceipt(r.id, rc.Seq, &proto.SignedReceipt{Receipt: env}); err != nil {
+		return &StoreError{What: "receipt", Err: err}
 	}
 	clear(r.meter)
 	return nil
@@ -717,32 +791,32 @@ func (n *Node) billLocked(r *leaseRun, w market.Window, now time.Time) error {
 
 // sendPending sends the receipts the buyer has not countersigned, oldest
 // first, and takes its countersignatures.
-func (n *Node) sendPending(r *leaseRun) {
+func (m *Manager) sendPending(r *Run) {
 	r.mu.Lock()
 	from, to := r.ml.Countersigned.Seq+1, r.ml.Chain.Seq
 	r.mu.Unlock()
 	for seq := from; seq <= to; seq++ {
-		sr, err := n.store.GetReceipt(r.id, seq)
+		sr, err := m.store.GetReceipt(r.id, seq)
 		if err != nil {
 			return
 		}
-		ctx, cancel := context.WithTimeout(n.ctx, p2p.ReceiptTimeout)
-		kind, body, err := p2p.SendReceiptMessage(ctx, n.host, r.peer, p2p.FrameReceipt, sr.Receipt)
+		ctx, cancel := context.WithTimeout(m.ctx, p2p.ReceiptTimeout)
+		kind, body, err := p2p.SendReceiptMessage(ctx, m.host, r.peer, p2p.FrameReceipt, sr.Receipt)
 		cancel()
 		if err != nil {
-			n.log.Debug("sending receipt failed", "lease", r.id, "seq", seq, "err", err)
+			m.log.Debug("sending receipt failed", "lease", r.id, "seq", seq, "err", err)
 			return
 		}
 		if kind != p2p.FrameCountersign {
-			n.log.Debug("receipt not countersigned", "lease", r.id, "seq", seq, "answer", string(body))
+			m.log.Debug("receipt not countersigned", "lease", r.id, "seq", seq, "answer", string(body))
 			return
 		}
-		if err := n.takeCountersign(r, sr, body); err != nil {
-			if se := (*storeError)(nil); errors.As(err, &se) {
+		if err := m.takeCountersign(r, sr, body); err != nil {
+			if se := (*StoreError)(nil); errors.As(err, &se) {
 				return // the lease failed (takeCountersign)
 			}
-			n.metrics.rejects.WithLabelValues("countersign", market.Reason(err)).Inc()
-			n.log.Warn("countersignature refused", "lease", r.id, "seq", seq, "err", err)
+			m.metrics.Reject("countersign", market.Reason(err))
+			m.log.Warn("countersignature refused", "lease", r.id, "seq", seq, "err", err)
 			return
 		}
 	}
@@ -750,7 +824,7 @@ func (n *Node) sendPending(r *leaseRun) {
 
 // takeCountersign checks the buyer's countersignature of sr and stores the
 // doubly-signed receipt.
-func (n *Node) takeCountersign(r *leaseRun, sr *proto.SignedReceipt, csEnv []byte) error {
+func (m *Manager) takeCountersign(r *Run, sr *proto.SignedReceipt, csEnv []byte) error {
 	cs, signer, err := p2p.Open[*proto.Countersign](csEnv, proto.MaxReceiptSize)
 	if err != nil {
 		return err
@@ -768,45 +842,45 @@ func (n *Node) takeCountersign(r *leaseRun, sr *proto.SignedReceipt, csEnv []byt
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := n.store.PutReceipt(r.id, rc.Seq, &proto.SignedReceipt{Receipt: sr.Receipt, Countersign: csEnv}); err != nil {
-		n.failStoreLocked(r, "countersigned receipt", err)
-		return &storeError{what: "countersigned receipt", err: err}
+	if err := m.store.PutReceipt(r.id, rc.Seq, &proto.SignedReceipt{Receipt: sr.Receipt, Countersign: csEnv}); err != nil {
+		m.FailStoreLocked(r, "countersigned receipt", err)
+		return &StoreError{What: "countersigned receipt", Err: err}
 	}
-	return r.ml.AddCountersign(cs, n.now())
+	return r.ml.AddCountersign(cs, m.now())
 }
 
 // buyerStep closes the buyer's lease at its end, or when the provider has
 // gone silent past the grace. It reports whether the lease needs no more
 // work.
-func (n *Node) buyerStep(r *leaseRun) bool {
-	n.sendOwedClose(r)
-	now := n.now()
+func (m *Manager) buyerStep(r *Run) bool {
+	m.sendOwedClose(r)
+	now := m.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
 	case r.ml.State == market.LeaseRunning && !r.rec.PreemptAt.IsZero() && !now.Before(r.rec.PreemptAt) && r.rec.PreemptAt.Before(market.LeaseEnd(r.terms)):
-		n.endLocked(r, market.ClosePreempted, r.rec.PreemptAt, "")
+		m.EndLocked(r, market.ClosePreempted, r.rec.PreemptAt, "")
 	case r.ml.State == market.LeaseRunning && r.ml.Expired(now):
-		n.endLocked(r, market.CloseCompleted, now, "")
+		m.EndLocked(r, market.CloseCompleted, now, "")
 	case r.ml.State == market.LeaseRunning:
 		last := time.UnixMilli(max(r.terms.StartUnixMs, r.ml.Chain.WindowEndUnixMs, r.resumedAt.UnixMilli()))
-		if now.After(last.Add(market.BillingInterval(r.terms) + n.grace(r.terms) + 2*time.Second)) {
-			n.endLocked(r, market.CloseBuyer, now, "no receipts from the provider")
+		if now.After(last.Add(market.BillingInterval(r.terms) + m.grace(r.terms) + 2*time.Second)) {
+			m.EndLocked(r, market.CloseBuyer, now, "no receipts from the provider")
 			// The provider hears of it when it is back (sendOwedClose).
 			r.rec.CloseOwed = &leases.CloseNotice{Lease: r.id, Reason: market.CloseBuyer, AtMs: r.ml.ClosedAt.UnixMilli(), Note: r.rec.Note}
-			n.putRecordLocked(r)
+			m.PutRecordLocked(r)
 		}
 	}
-	return r.ml.State == market.LeaseClosed && !n.leaseUnsettled(r, now)
+	return r.ml.State == market.LeaseClosed && !m.leaseUnsettled(r, now)
 }
 
 // handleReceiptMsg answers the lease protocol's messages.
-func (n *Node) handleReceiptMsg(from peer.ID, kind byte, body []byte) (byte, []byte) {
+func (m *Manager) handleReceiptMsg(from peer.ID, kind byte, body []byte) (byte, []byte) {
 	var err error
 	var reply []byte
 	switch kind {
 	case p2p.FrameReceipt:
-		reply, err = n.takeReceipt(from, body)
+		reply, err = m.takeReceipt(from, body)
 		if err == nil {
 			return p2p.FrameCountersign, reply
 		}
@@ -816,21 +890,22 @@ func (n *Node) handleReceiptMsg(from peer.ID, kind byte, body []byte) (byte, []b
 		if errors.Is(err, market.ErrNotVouched) {
 			label = "not-running"
 		}
-		n.metrics.rejects.WithLabelValues("receipt", label).Inc()
-		n.log.Debug("receipt refused", "from", shortID(from), "err", err)
+		m.metrics.Reject("receipt", label)
+		m.log.Debug("receipt refused", "from", shortID(from), "err", err)
 	case p2p.FrameClose:
-		err = n.takeClose(from, body)
+		err = m.takeClose(from, body)
 	case p2p.FramePayment:
-		err = n.takePayment(from, body)
+		err = m.hooks.TakePayment(from, body)
 	case p2p.FramePreempt:
-		err = n.takePreemption(from, body)
+		err = m.hooks.TakePreemption(from, body)
 	case p2p.FrameHandover:
-		if reply, err = n.takeHandover(from, body); err == nil {
+		if reply, err = m.hooks.TakeHandover(from, body); err == nil {
 			return p2p.FrameOK, reply
 		}
 	case p2p.FramePremium:
-		err = n.takePremiumCountersign(from, body)
+		err = m.hooks.TakePremium(from, body)
 	default:
+		m.metrics.Reject("frame", "unknown-kind")
 		err = fmt.Errorf("unknown message kind %q", kind)
 	}
 	if err != nil {
@@ -845,14 +920,14 @@ var errWithheld = errors.New("node: countersignature withheld")
 // takeReceipt is the buyer's check of a receipt: signer, chain, window,
 // amount; then the countersignature, stored with the receipt (synced)
 // before it is returned.
-func (n *Node) takeReceipt(from peer.ID, env []byte) ([]byte, error) {
+func (m *Manager) takeReceipt(from peer.ID, env []byte) ([]byte, error) {
 	rc, signer, err := p2p.Open[*proto.Receipt](env, proto.MaxReceiptSize)
 	if err != nil {
 		return nil, fmt.Errorf("receipt: %w", err) // bad envelope or too large
 	}
-	n.leases.mu.Lock()
-	r := n.leases.runs[rc.LeaseId]
-	n.leases.mu.Unlock()
+	m.mu.Lock()
+	r := m.runs[rc.LeaseId]
+	m.mu.Unlock()
 	switch {
 	case r == nil || r.rec.Role != market.RoleBuyer:
 		return nil, fmt.Errorf("%w: no lease %q bought by this node", market.ErrReceiptLease, rc.LeaseId)
@@ -863,7 +938,7 @@ func (n *Node) takeReceipt(from peer.ID, env []byte) ([]byte, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if rc.Seq > 0 && rc.Seq <= r.ml.Chain.Seq {
-		stored, err := n.store.GetReceipt(r.id, rc.Seq)
+		stored, err := m.store.GetReceipt(r.id, rc.Seq)
 		if err != nil {
 			return nil, err
 		}
@@ -871,50 +946,50 @@ func (n *Node) takeReceipt(from peer.ID, env []byte) ([]byte, error) {
 			ev := market.DetectEquivocation(
 				market.SignedReceiptDecoded{Receipt: mustReceipt(stored.Receipt), Hash: proto.ReceiptHash(stored.Receipt)},
 				market.SignedReceiptDecoded{Receipt: rc, Hash: hash})
-			if err := n.store.PutEvidence(r.id, rc.Seq, stored.Receipt, env); err != nil {
-				n.storeFailed(&storeError{what: "evidence", err: err}, r.id)
+			if err := m.store.PutEvidence(r.id, rc.Seq, stored.Receipt, env); err != nil {
+				m.StoreFailed(&StoreError{What: "evidence", Err: err}, r.id)
 			}
 			return nil, ev
 		}
 		if len(stored.Countersign) > 0 {
 			return stored.Countersign, nil // a resend: the same answer
 		}
-		if n.leases.withhold {
+		if m.withhold {
 			return nil, errWithheld
 		}
 		// Kept, not countersigned, when it came: countersigned now if
 		// this side can vouch for it now.
-		return n.countersignLocked(r, rc, env, hash)
+		return m.countersignLocked(r, rc, env, hash)
 	}
-	now := n.now()
+	now := m.now()
 	if err := r.ml.AddReceipt(rc, hash, now); err != nil {
 		var ev *market.Evidence
 		if errors.As(err, &ev) {
-			if stored, gerr := n.store.GetReceipt(r.id, rc.Seq); gerr == nil {
-				if err := n.store.PutEvidence(r.id, rc.Seq, stored.Receipt, env); err != nil {
-					n.storeFailed(&storeError{what: "evidence", err: err}, r.id)
+			if stored, gerr := m.store.GetReceipt(r.id, rc.Seq); gerr == nil {
+				if err := m.store.PutEvidence(r.id, rc.Seq, stored.Receipt, env); err != nil {
+					m.StoreFailed(&StoreError{What: "evidence", Err: err}, r.id)
 				}
 			}
 		}
 		return nil, err
 	}
 	vouchErr := market.VouchWindow(r.terms, rc, r.seenLocked())
-	if n.leases.withhold || vouchErr != nil {
+	if m.withhold || vouchErr != nil {
 		// Kept as evidence of what the provider billed, not countersigned.
-		if err := n.store.PutReceipt(r.id, rc.Seq, &proto.SignedReceipt{Receipt: env}); err != nil {
-			n.failStoreLocked(r, "receipt", err)
-			return nil, &storeError{what: "receipt", err: err}
+		if err := m.store.PutReceipt(r.id, rc.Seq, &proto.SignedReceipt{Receipt: env}); err != nil {
+			m.FailStoreLocked(r, "receipt", err)
+			return nil, &StoreError{What: "receipt", Err: err}
 		}
 		if vouchErr != nil {
 			return nil, vouchErr
 		}
 		return nil, errWithheld
 	}
-	return n.countersignLocked(r, rc, env, hash)
+	return m.countersignLocked(r, rc, env, hash)
 }
 
 // seenLocked is what the buyer saw of the lease's workload. Holds r.mu.
-func (r *leaseRun) seenLocked() market.WorkSeen {
+func (r *Run) seenLocked() market.WorkSeen {
 	return market.WorkSeen{
 		Workload: r.rec.Workload != nil && !r.rec.Workload.Empty(), Started: r.rec.Info != nil,
 		DownSince: r.execDownSince, ExitedAt: r.exitedAt,
@@ -925,21 +1000,21 @@ func (r *leaseRun) seenLocked() market.WorkSeen {
 // which the buyer's lease holds, once this side vouches for its window;
 // the countersignature is stored (synced) with the receipt before it is
 // returned. Holds r.mu.
-func (n *Node) countersignLocked(r *leaseRun, rc *proto.Receipt, env, hash []byte) ([]byte, error) {
+func (m *Manager) countersignLocked(r *Run, rc *proto.Receipt, env, hash []byte) ([]byte, error) {
 	if err := market.VouchWindow(r.terms, rc, r.seenLocked()); err != nil {
 		return nil, err
 	}
-	now := n.now()
-	cs := &proto.Countersign{LeaseId: r.id, Seq: rc.Seq, ReceiptHash: hash, Buyer: []byte(n.host.ID()), CreatedUnixMs: now.UnixMilli()}
-	csEnv, err := p2p.Seal(n.key, cs, proto.MaxReceiptSize)
+	now := m.now()
+	cs := &proto.Countersign{LeaseId: r.id, Seq: rc.Seq, ReceiptHash: hash, Buyer: []byte(m.host.ID()), CreatedUnixMs: now.UnixMilli()}
+	csEnv, err := p2p.Seal(m.key, cs, proto.MaxReceiptSize)
 	if err != nil {
 		return nil, err
 	}
 	// Stored (synced) before the countersignature is sent: a crash never
 	// loses a receipt this node countersigned.
-	if err := n.store.PutReceipt(r.id, rc.Seq, &proto.SignedReceipt{Receipt: env, Countersign: csEnv}); err != nil {
-		n.failStoreLocked(r, "countersigned receipt", err)
-		return nil, &storeError{what: "countersigned receipt", err: err}
+	if err := m.store.PutReceipt(r.id, rc.Seq, &proto.SignedReceipt{Receipt: env, Countersign: csEnv}); err != nil {
+		m.FailStoreLocked(r, "countersigned receipt", err)
+		return nil, &StoreError{What: "countersigned receipt", Err: err}
 	}
 	if err := r.ml.AddCountersign(cs, now); err != nil {
 		return nil, err
@@ -975,28 +1050,28 @@ const (
 // errNodeClosing is a node's answer to lease messages while it shuts down.
 const errNodeClosing = "node closing"
 
-// sendClose records that this node owes the counterparty a notice that
+// SendClose records that this node owes the counterparty a notice that
 // it ended the lease for reason at at, and sends it. Holds no lock.
-func (n *Node) sendClose(r *leaseRun, reason market.CloseReason, at time.Time, note ...string) {
+func (m *Manager) SendClose(r *Run, reason market.CloseReason, at time.Time, note ...string) {
 	c := &leases.CloseNotice{Lease: r.id, Reason: reason, AtMs: at.UnixMilli()}
 	if len(note) > 0 {
 		c.Note = truncate(note[0], 512)
 	}
 	r.mu.Lock()
 	r.rec.CloseOwed, r.closeTried, r.closeWait = c, time.Time{}, 0
-	if err := n.putLeaseRecord(r.id, &r.rec); err != nil {
+	if err := leases.PutRecord(m.store, r.id, &r.rec); err != nil {
 		// Kept in memory: re-sent until the node stops.
-		n.storeFailed(&storeError{what: "lease record", err: err}, r.id)
+		m.StoreFailed(&StoreError{What: "lease record", Err: err}, r.id)
 	}
 	r.mu.Unlock()
-	n.sendOwedClose(r)
+	m.sendOwedClose(r)
 }
 
 // sendOwedClose sends the close notice the lease owes its counterparty,
 // if any and if its wait since the last try is over (a redial resets it),
 // and forgets it once the counterparty answered. Holds no lock.
-func (n *Node) sendOwedClose(r *leaseRun) {
-	now := n.now()
+func (m *Manager) sendOwedClose(r *Run) {
+	now := m.now()
 	r.mu.Lock()
 	c := r.rec.CloseOwed
 	if c == nil || !r.closeTried.IsZero() && now.Sub(r.closeTried) < r.closeWait {
@@ -1005,12 +1080,16 @@ func (n *Node) sendOwedClose(r *leaseRun) {
 	}
 	r.closeTried, r.closeWait = now, min(max(2*r.closeWait, closeResendFirst), closeResendMax)
 	r.mu.Unlock()
-	b, _ := json.Marshal(c)
-	ctx, cancel := context.WithTimeout(n.ctx, p2p.ReceiptTimeout)
-	kind, body, err := p2p.SendReceiptMessage(ctx, n.host, r.peer, p2p.FrameClose, b)
+	b, err := SealClose(m.key, *c, now)
+	if err != nil {
+		m.log.Error("sealing a close notice failed", "lease", r.id, "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, p2p.ReceiptTimeout)
+	kind, body, err := p2p.SendReceiptMessage(ctx, m.host, r.peer, p2p.FrameClose, b)
 	cancel()
 	if err != nil || kind == p2p.FrameRefuse && string(body) == errNodeClosing || kind != p2p.FrameOK && kind != p2p.FrameRefuse {
-		n.log.Debug("close notice not taken; re-sent later", "lease", r.id, "err", err, "answer", string(body))
+		m.log.Debug("close notice not taken; re-sent later", "lease", r.id, "err", err, "answer", string(body))
 		return
 	}
 	r.mu.Lock()
@@ -1022,30 +1101,33 @@ func (n *Node) sendOwedClose(r *leaseRun) {
 	if kind == p2p.FrameRefuse {
 		r.rec.CloseRefused = true
 		r.rec.Note = "close refused by the counterparty: " + truncate(string(body), 256)
-		n.log.Warn("close notice refused", "lease", r.id, "reason", c.Reason, "answer", string(body))
+		m.log.Warn("close notice refused", "lease", r.id, "reason", c.Reason, "answer", string(body))
 	}
-	n.putRecordLocked(r)
+	m.PutRecordLocked(r)
 }
 
 // rejectClose counts a refused close notice under reason and returns err.
-func (n *Node) rejectClose(reason string, err error) error {
-	n.metrics.rejects.WithLabelValues("close", reason).Inc()
+func (m *Manager) rejectClose(reason string, err error) error {
+	m.metrics.Reject("close", reason)
 	return err
 }
 
 // takeClose takes the counterparty's notice that it ended a lease: checked
 // against the lease's parties, type and terms, then the lease ended at
 // the notice's time, or, closed here already, the two closes agreed.
-func (n *Node) takeClose(from peer.ID, body []byte) error {
-	var c leases.CloseNotice
-	if err := json.Unmarshal(body, &c); err != nil {
-		return n.rejectClose("malformed", fmt.Errorf("close notice: %v", err))
+func (m *Manager) takeClose(from peer.ID, body []byte) error {
+	c, signer, err := openClose(body)
+	if err != nil {
+		return m.rejectClose(closeRejectReason(err), err)
 	}
-	n.leases.mu.Lock()
-	r := n.leases.runs[c.Lease]
-	n.leases.mu.Unlock()
+	if signer != from {
+		return m.rejectClose("wrong-signer", fmt.Errorf("%w: close notice signed by %s, sent by %s", p2p.ErrSigner, signer, from))
+	}
+	m.mu.Lock()
+	r := m.runs[c.Lease]
+	m.mu.Unlock()
 	if r == nil || r.peer != from {
-		return n.rejectClose("unknown-lease", fmt.Errorf("no lease %q with this peer", c.Lease))
+		return m.rejectClose("unknown-lease", fmt.Errorf("no lease %q with this peer", c.Lease))
 	}
 	allowed := []market.CloseReason{market.CloseCompleted, market.CloseBuyer}
 	if r.rec.Role == market.RoleBuyer {
@@ -1053,14 +1135,14 @@ func (n *Node) takeClose(from peer.ID, body []byte) error {
 			market.CloseExited, market.CloseFailed, market.CloseResold}
 	}
 	if !slices.Contains(allowed, c.Reason) {
-		return n.rejectClose("reason", fmt.Errorf("%w: reason %s not the counterparty's to give", market.ErrCloseRefused, c.Reason))
+		return m.rejectClose("reason", fmt.Errorf("%w: reason %s not the counterparty's to give", market.ErrCloseRefused, c.Reason))
 	}
-	now := n.now()
+	now := m.now()
 	at := time.UnixMilli(min(c.AtMs, now.UnixMilli()))
 	r.mu.Lock()
-	defer func() { r.mu.Unlock(); r.poke(); n.runLease(r) }()
+	defer func() { r.mu.Unlock(); r.Poke(); m.RunLoop(r) }()
 	if r.ml.State == market.LeaseStarting {
-		return n.rejectClose("out-of-turn", fmt.Errorf("%w: lease %s has not started", market.ErrCloseRefused, r.id))
+		return m.rejectClose("out-of-turn", fmt.Errorf("%w: lease %s has not started", market.ErrCloseRefused, r.id))
 	}
 	// Time the buyer countersigned (provider) or accepted receipts for
 	// (buyer) is not unbilled by a close.
@@ -1074,23 +1156,23 @@ func (n *Node) takeClose(from peer.ID, body []byte) error {
 	switch c.Reason {
 	case market.CloseCompleted:
 		if at.Before(market.LeaseEnd(r.terms)) {
-			return n.rejectClose("out-of-turn", fmt.Errorf("%w: completed before the lease's end", market.ErrCloseRefused))
+			return m.rejectClose("out-of-turn", fmt.Errorf("%w: completed before the lease's end", market.ErrCloseRefused))
 		}
 	case market.CloseBuyer:
 		var billedTo time.Time
 		if r.ml.Countersigned.Seq > 0 {
 			billedTo = time.UnixMilli(r.ml.Countersigned.WindowEndUnixMs)
 		}
-		if err := market.CheckBuyerClose(r.terms, c.Reason, at, billedTo, n.grace(r.terms)); err != nil {
-			return n.rejectClose("early-close", err)
+		if err := market.CheckBuyerClose(r.terms, c.Reason, at, billedTo, m.grace(r.terms)); err != nil {
+			return m.rejectClose("early-close", err)
 		}
 	case market.ClosePreempted:
 		if !market.LeaseType(r.terms.LeaseType).Interruptible() {
-			return n.rejectClose("out-of-turn", fmt.Errorf("%w: %s leases are never preempted", market.ErrCloseRefused, market.LeaseType(r.terms.LeaseType)))
+			return m.rejectClose("out-of-turn", fmt.Errorf("%w: %s leases are never preempted", market.ErrCloseRefused, market.LeaseType(r.terms.LeaseType)))
 		}
 	case market.CloseResold:
 		if market.LeaseType(r.terms.LeaseType) != market.Reserved {
-			return n.rejectClose("out-of-turn", fmt.Errorf("%w: only reserved leases are resold", market.ErrCloseRefused))
+			return m.rejectClose("out-of-turn", fmt.Errorf("%w: only reserved leases are resold", market.ErrCloseRefused))
 		}
 	}
 	note := "closed by the counterparty"
@@ -1099,10 +1181,10 @@ func (n *Node) takeClose(from peer.ID, body []byte) error {
 	}
 	r.closeTakenAt = now
 	if r.ml.State == market.LeaseRunning {
-		if err := n.dropBilledPastLocked(r, at); err != nil {
+		if err := m.dropBilledPastLocked(r, at); err != nil {
 			return err
 		}
-		n.endLocked(r, c.Reason, at, note)
+		m.EndLocked(r, c.Reason, at, note)
 		return nil
 	}
 	// Closed here too: both keep one close.
@@ -1113,18 +1195,18 @@ func (n *Node) takeClose(from peer.ID, body []byte) error {
 	if reason == r.ml.Reason && agreed.Equal(r.ml.ClosedAt) {
 		return nil // ours stands; the counterparty takes our notice
 	}
-	return n.reviseCloseLocked(r, reason, agreed, note)
+	return m.reviseCloseLocked(r, reason, agreed, note)
 }
 
 // dropBilledPastLocked drops the provider's receipts for windows that end
 // after at, which the buyer never countersigned (at is not before the
 // last countersigned window's end), and rebuilds the lease from what is
 // left. A buyer's lease has nothing to drop. Holds r.mu.
-func (n *Node) dropBilledPastLocked(r *leaseRun, at time.Time) error {
+func (m *Manager) dropBilledPastLocked(r *Run, at time.Time) error {
 	if r.rec.Role != market.RoleProvider || r.ml.Chain.WindowEndUnixMs <= at.UnixMilli() {
 		return nil
 	}
-	chain, err := n.store.Receipts(r.id)
+	chain, err := m.store.Receipts(r.id)
 	if err != nil {
 		return err
 	}
@@ -1145,83 +1227,86 @@ func (n *Node) dropBilledPastLocked(r *leaseRun, at time.Time) error {
 	if from == 0 {
 		return nil
 	}
-	if err := n.store.DropReceipts(r.id, from, r.ml.Chain.Seq); err != nil {
-		n.failStoreLocked(r, "dropped receipts", err)
-		return &storeError{what: "dropped receipts", err: err}
+	if err := m.store.DropReceipts(r.id, from, r.ml.Chain.Seq); err != nil {
+		m.FailStoreLocked(r, "dropped receipts", err)
+		return &StoreError{What: "dropped receipts", Err: err}
 	}
-	n.metrics.leaseReceiptsDropped.Add(float64(r.ml.Chain.Seq - from + 1))
-	n.log.Info("receipts past the agreed close dropped", "lease", r.id, "from", from, "to", r.ml.Chain.Seq)
-	return n.rebuildLocked(r)
+	m.metrics.ReceiptsDropped(int(r.ml.Chain.Seq - from + 1))
+	m.log.Info("receipts past the agreed close dropped", "lease", r.id, "from", from, "to", r.ml.Chain.Seq)
+	return m.rebuildLocked(r)
 }
 
 // rebuildLocked replaces r's market lease with one replayed from storage
 // and r.rec. Holds r.mu.
-func (n *Node) rebuildLocked(r *leaseRun) error {
-	fresh, err := n.replayLease(r.terms, r.rec)
+func (m *Manager) rebuildLocked(r *Run) error {
+	fresh, err := m.replayLease(r.terms, r.rec)
 	if err != nil {
 		return err
 	}
-	r.ml = fresh.ml
+	*r.ml = *fresh.ml // in place: handles keep the pointer (RunParts)
 	return nil
 }
 
 // reviseCloseLocked makes a closed lease's close the one both sides agreed
 // on: reason at at (earlier than this node's own). Holds r.mu.
-func (n *Node) reviseCloseLocked(r *leaseRun, reason market.CloseReason, at time.Time, note string) error {
-	if err := n.dropBilledPastLocked(r, at); err != nil {
+func (m *Manager) reviseCloseLocked(r *Run, reason market.CloseReason, at time.Time, note string) error {
+	if err := m.dropBilledPastLocked(r, at); err != nil {
 		return err
 	}
-	n.log.Info("lease close agreed with the counterparty", "lease", r.id, "was", r.ml.Reason, "now", reason)
+	m.log.Info("lease close agreed with the counterparty", "lease", r.id, "was", r.ml.Reason, "now", reason)
 	r.rec.Reason, r.rec.EndingAt, r.rec.ClosedAt, r.rec.Note = reason, at, at, note
 	r.rec.CloseOwed = nil // the counterparty's close stands
-	if err := n.rebuildLocked(r); err != nil {
+	if err := m.rebuildLocked(r); err != nil {
 		return err
 	}
 	r.syncRecord()
-	n.putRecordLocked(r)
+	m.PutRecordLocked(r)
 	return nil
 }
 
-// CloseLease implements API: this node ends the lease early.
-func (n *Node) CloseLease(ctx context.Context, id string) (_ api.LeaseView, err error) {
-	defer classified(&err)
-	r, err := n.leaseRun(id)
+// CloseLease ends lease id early, as this node's own close (the buyer's
+// or the provider's): refused while reserved time runs (the buyer's) or
+// once the lease is no longer running.
+func (m *Manager) CloseLease(id string) error {
+	r, err := m.Lookup(id)
 	if err != nil {
-		return api.LeaseView{}, err
+		return err
 	}
 	reason := market.CloseBuyer
 	if r.rec.Role == market.RoleProvider {
 		reason = market.CloseProvider
-	} else if market.LeaseType(r.terms.LeaseType) == market.Reserved && n.now().Before(market.LeaseEnd(r.terms)) {
+	} else if market.LeaseType(r.terms.LeaseType) == market.Reserved && m.now().Before(market.LeaseEnd(r.terms)) {
 		// Reserved time is a commitment: the buyer pays for all of it.
-		return api.LeaseView{}, api.Errorf(api.CodeLeaseState, "lease %s is reserved until %s: a commitment, not closed early by the buyer", id,
+		return api.Errorf(api.CodeLeaseState, "lease %s is reserved until %s: a commitment, not closed early by the buyer", id,
 			market.LeaseEnd(r.terms).Format(time.RFC3339))
 	}
 	r.mu.Lock()
 	if r.ml.State != market.LeaseRunning && r.ml.State != market.LeaseStarting {
 		r.mu.Unlock()
-		return api.LeaseView{}, api.Errorf(api.CodeLeaseState, "lease %s is %s", id, r.ml.State)
+		return api.Errorf(api.CodeLeaseState, "lease %s is %s", id, r.ml.State)
 	}
-	n.endLocked(r, reason, n.now(), "")
+	m.EndLocked(r, reason, m.now(), "")
 	at := r.ml.ClosedAt
 	r.mu.Unlock()
-	n.sendClose(r, reason, at)
-	r.poke()
-	n.runLease(r)
-	return n.Lease(ctx, id)
+	m.SendClose(r, reason, at)
+	r.Poke()
+	m.RunLoop(r)
+	return nil
 }
 
-func (n *Node) leaseRun(id string) (*leaseRun, error) {
-	n.leases.mu.Lock()
-	defer n.leases.mu.Unlock()
-	r := n.leases.runs[id]
+// Lookup is lease id's run, or api.ErrUnknownLease.
+func (m *Manager) Lookup(id string) (*Run, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.runs[id]
 	if r == nil {
 		return nil, fmt.Errorf("%w: %s", api.ErrUnknownLease, id)
 	}
 	return r, nil
 }
 
-func (r *leaseRun) view() api.LeaseView {
+// View is what the API shows of r (its resale part aside).
+func (r *Run) View() api.LeaseView {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t := r.terms
@@ -1250,10 +1335,10 @@ func (r *leaseRun) view() api.LeaseView {
 		v.PreemptAt = &p
 	}
 	if i := r.rec.Info; i != nil {
-		v.Image = cmpOr(v.Image, i.Image)
-		v.ImageDigest = cmpOr(i.RepoDigest, i.ImageID)
+		v.Image = cmp.Or(v.Image, i.Image)
+		v.ImageDigest = cmp.Or(i.RepoDigest, i.ImageID)
 		v.Endpoints, v.GPUAccess = i.Endpoints, i.GPUAccess
-		if i.Executor == ExecDocker {
+		if i.Executor == executor.Docker {
 			v.ContainerState = i.State
 		}
 	}
@@ -1268,18 +1353,17 @@ func truncate(s string, n int) string {
 	return s
 }
 
-// Leases implements API: every lease this node is party to, newest first.
-func (n *Node) Leases(context.Context) (_ []api.LeaseView, err error) {
-	defer classified(&err)
-	n.leases.mu.Lock()
-	runs := make([]*leaseRun, 0, len(n.leases.runs))
-	for _, r := range n.leases.runs {
+// Leases are the views of every lease this node is party to, newest first.
+func (m *Manager) Leases() []api.LeaseView {
+	m.mu.Lock()
+	runs := make([]*Run, 0, len(m.runs))
+	for _, r := range m.runs {
 		runs = append(runs, r)
 	}
-	n.leases.mu.Unlock()
+	m.mu.Unlock()
 	out := make([]api.LeaseView, 0, len(runs))
 	for _, r := range runs {
-		out = append(out, r.view())
+		out = append(out, r.View())
 	}
 	slices.SortFunc(out, func(a, b api.LeaseView) int {
 		if c := b.Start.Compare(a.Start); c != 0 {
@@ -1287,27 +1371,20 @@ func (n *Node) Leases(context.Context) (_ []api.LeaseView, err error) {
 		}
 		return bytes.Compare([]byte(a.ID), []byte(b.ID))
 	})
-	return out, nil
+	return out
 }
 
-// Lease implements API.
-func (n *Node) Lease(_ context.Context, id string) (_ api.LeaseView, err error) {
-	defer classified(&err)
-	r, err := n.leaseRun(id)
-	if err != nil {
-		return api.LeaseView{}, err
+// Fill is a lease's stored fill (the sealed take and accept), for export.
+func (r *Run) Fill() []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.rec.Fill
+}
+
+func shortID(p peer.ID) string {
+	s := p.String()
+	if len(s) > 8 {
+		return s[len(s)-8:]
 	}
-	v := r.view()
-	v.Resale = n.resaleView(id) // resale.go
-	return v, nil
+	return s
 }
-
-// --- storage ---
-
-// putLeaseRecord stores a lease's record (JSON), synced.
-func (n *Node) putLeaseRecord(id string, rec *leases.Record) error {
-	return leases.PutRecord(n.store, id, rec)
-}
-
-// leaseRecords reads every stored lease record, by lease ID.
-func (n *Node) leaseRecords() (map[string]leases.Record, error) { return leases.Records(n.store) }

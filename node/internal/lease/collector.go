@@ -1,27 +1,29 @@
-package node
+package lease
 
 import (
-	"context"
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/suanli/suanli/market"
 )
 
-// leaseCollector serves the leases' figures at each scrape, read from the
-// same views `suanli leases` shows, so the metrics and the CLI never
-// disagree: leases by role, state and close reason; countersigned receipts
-// and the amount they bill (a provider's revenue, a buyer's spend) by
-// currency; and a provider's GPUs leased and free.
-type leaseCollector struct {
-	n                        *Node
+// Collector serves the leases' figures at each scrape, read from the same
+// views `suanli leases` shows, so the metrics and the CLI never disagree:
+// leases by role, state and close reason; countersigned receipts and the
+// amount they bill (a provider's revenue, a buyer's spend) by currency;
+// and a provider's GPUs leased and free.
+type Collector struct {
+	m func() *Manager // nil until the node started its leases
+	// inventory is how many GPUs the provider has (ok false: a buyer).
+	inventory                func() (int, bool)
 	leases, receipts, billed *prometheus.Desc
 	gpusLeased, gpusFree     *prometheus.Desc
 }
 
-func newLeaseCollector(n *Node) *leaseCollector {
-	return &leaseCollector{n: n,
+// NewCollector is the collector of the manager m returns (nil: none
+// yet, nothing collected); inventory counts the provider's GPUs (ok
+// false: a buyer, with no GPU figures).
+func NewCollector(m func() *Manager, inventory func() (int, bool)) *Collector {
+	return &Collector{m: m, inventory: inventory,
 		leases: prometheus.NewDesc("suanli_leases", "Leases this node is party to, by role, state and close reason.",
 			[]string{"role", "state", "reason"}, nil),
 		receipts: prometheus.NewDesc("suanli_lease_receipts_countersigned_total", "Receipts countersigned by the buyer, by role.",
@@ -34,22 +36,20 @@ func newLeaseCollector(n *Node) *leaseCollector {
 	}
 }
 
-func (c *leaseCollector) Describe(ch chan<- *prometheus.Desc) {
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.leases, c.receipts, c.billed, c.gpusLeased, c.gpusFree} {
 		ch <- d
 	}
 }
 
-func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
-	if c.n.leases == nil {
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	m := c.m()
+	if m == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	views, err := c.n.Leases(ctx)
-	if err != nil {
-		return
-	}
+	views := m.Leases()
 	type key struct{ role, state, reason string }
 	type money struct{ role, currency string }
 	count := map[key]int{}
@@ -59,8 +59,8 @@ func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, v := range views {
 		count[key{v.Role, v.State, v.Reason}]++
 		receipts[v.Role] += v.Countersigned
-		if m, err := market.ParseAmount(v.Cumulative, v.Currency); err == nil {
-			billed[money{v.Role, v.Currency}] += m.Micros
+		if a, err := market.ParseAmount(v.Cumulative, v.Currency); err == nil {
+			billed[money{v.Role, v.Currency}] += a.Micros
 		}
 		if v.Role == market.RoleProvider.String() && v.State != market.LeaseClosed.String() {
 			for _, g := range v.GPUs {
@@ -77,8 +77,7 @@ func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
 	for k, v := range billed {
 		ch <- prometheus.MustNewConstMetric(c.billed, prometheus.CounterValue, float64(v), k.role, k.currency)
 	}
-	if c.n.gpus != nil {
-		total := c.n.inventoryCount()
+	if total, ok := c.inventory(); ok {
 		ch <- prometheus.MustNewConstMetric(c.gpusLeased, prometheus.GaugeValue, float64(len(leased)))
 		ch <- prometheus.MustNewConstMetric(c.gpusFree, prometheus.GaugeValue, float64(max(0, total-len(leased))))
 	}

@@ -1,6 +1,10 @@
-package node
+package lease
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/suanli/suanli/node/executor"
+)
 
 // FuzzDecodeExecRequest: any exec request is refused with an error or
 // decoded into a spec that passes its own validation.
@@ -20,11 +24,11 @@ func FuzzDecodeExecRequest(f *testing.F) {
 			t.Fatal("decoded a request without a lease")
 		}
 		if !req.Attach {
-			if verr := req.WorkloadSpec.Validate(); verr != nil {
+			if verr := req.Spec.Validate(); verr != nil {
 				t.Fatalf("decoded a spec its own validation refuses: %v", verr)
 			}
 		}
-		if !req.Attach && req.ExecutorName() != ExecProcess && req.ExecutorName() != ExecDocker {
+		if !req.Attach && req.ExecutorName() != executor.Process && req.ExecutorName() != executor.Docker {
 			t.Fatalf("executor %q let through", req.ExecutorName())
 		}
 	})

@@ -1,4 +1,4 @@
-package node
+package lease
 
 import (
 	"context"
@@ -25,12 +25,12 @@ const (
 )
 
 // peerAddrs are the addresses this node knows for p, as strings.
-func (n *Node) peerAddrs(p peer.ID) []string {
+func (m *Manager) peerAddrs(p peer.ID) []string {
 	var out []string
-	for _, a := range n.host.Peerstore().Addrs(p) {
+	for _, a := range m.host.Peerstore().Addrs(p) {
 		out = append(out, a.String())
 	}
-	if o := n.offers.Cached(p); o != nil {
+	if o := m.hooks.CachedOffer(p); o != nil {
 		for _, a := range o.Addrs { // a provider's offer names its addresses (with /p2p/)
 			if m, err := ma.NewMultiaddr(a); err == nil {
 				if ai, err := peer.AddrInfoFromP2pAddr(m); err == nil && ai.ID == p {
@@ -58,49 +58,49 @@ func dedupe(s []string) []string {
 
 // addPeerAddrs puts a lease's stored counterparty addresses back in the
 // peerstore.
-func (n *Node) addPeerAddrs(r *leaseRun) {
+func (m *Manager) addPeerAddrs(r *Run) {
 	var addrs []ma.Multiaddr
 	for _, a := range r.rec.PeerAddrs {
 		if m, err := ma.NewMultiaddr(a); err == nil {
 			addrs = append(addrs, m)
 		}
 	}
-	n.host.Peerstore().AddAddrs(r.peer, addrs, peerAddrTTL)
+	m.host.Peerstore().AddAddrs(r.peer, addrs, peerAddrTTL)
 }
 
 // redialLoop keeps the counterparties of open leases connected.
-func (n *Node) redialLoop() {
+func (m *Manager) redialLoop() {
 	type state struct {
 		next    time.Time
 		backoff time.Duration
 	}
 	peers := map[peer.ID]*state{}
-	t := time.NewTicker(redialEvery)
+	t := m.clock.NewTicker(redialEvery)
+	var now time.Time
 	defer t.Stop()
 	for {
 		select {
-		case <-n.ctx.Done():
+		case <-m.ctx.Done():
 			return
-		case <-t.C:
+		case now = <-t.Chan(): // the ticker's time, not the node's (WithClock): backoffs are waits
 		}
 		want := map[peer.ID]bool{}
-		n.leases.mu.Lock()
-		for _, r := range n.leases.runs {
+		m.mu.Lock()
+		for _, r := range m.runs {
 			r.mu.Lock()
-			if r.ml.State != market.LeaseClosed || n.leaseUnsettled(r, n.now()) {
+			if r.ml.State != market.LeaseClosed || m.leaseUnsettled(r, m.now()) {
 				want[r.peer] = true
 			}
 			r.mu.Unlock()
 		}
-		n.leases.mu.Unlock()
+		m.mu.Unlock()
 		for p := range peers {
 			if !want[p] {
 				delete(peers, p)
 			}
 		}
-		now := time.Now()
 		for p := range want {
-			if n.host.Network().Connectedness(p) == network.Connected {
+			if m.host.Network().Connectedness(p) == network.Connected {
 				delete(peers, p)
 				continue
 			}
@@ -112,16 +112,16 @@ func (n *Node) redialLoop() {
 			if now.Before(st.next) {
 				continue
 			}
-			ctx, cancel := context.WithTimeout(n.ctx, redialTimeout)
-			err := n.host.Connect(ctx, peer.AddrInfo{ID: p})
+			ctx, cancel := context.WithTimeout(m.ctx, redialTimeout)
+			err := m.host.Connect(ctx, peer.AddrInfo{ID: p})
 			cancel()
 			if err == nil {
-				n.log.Info("redialled a lease's counterparty", "peer", shortID(p))
+				m.log.Info("redialled a lease's counterparty", "peer", shortID(p))
 				delete(peers, p)
-				n.pokeLeasesWith(p)
+				m.pokeLeasesWith(p)
 				continue
 			}
-			n.log.Debug("redial failed", "peer", shortID(p), "err", err, "retry_in", st.backoff)
+			m.log.Debug("redial failed", "peer", shortID(p), "err", err, "retry_in", st.backoff)
 			st.next = now.Add(st.backoff)
 			st.backoff = min(2*st.backoff, redialMaxBackoff)
 		}
@@ -129,15 +129,15 @@ func (n *Node) redialLoop() {
 }
 
 // pokeLeasesWith wakes the loops of p's leases: pending receipts go now.
-func (n *Node) pokeLeasesWith(p peer.ID) {
-	n.leases.mu.Lock()
-	defer n.leases.mu.Unlock()
-	for _, r := range n.leases.runs {
+func (m *Manager) pokeLeasesWith(p peer.ID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range m.runs {
 		if r.peer == p {
 			r.mu.Lock()
 			r.closeTried, r.closeWait = time.Time{}, 0 // an owed close notice goes now
 			r.mu.Unlock()
-			r.poke()
+			r.Poke()
 		}
 	}
 }

@@ -1,8 +1,6 @@
-package node
+package lease
 
 import (
-	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -11,27 +9,9 @@ import (
 	"github.com/suanli/suanli/p2p"
 )
 
-// DefaultLogCap is how much of a lease's workload output a buyer keeps
-// (WithLogCap): the newest output is kept, the oldest dropped.
-const DefaultLogCap = 16 << 20
-
 // logPage is the most output one Logs call returns; a caller pages on
 // with the view's Next while More is set.
 const logPage = 1 << 20
-
-// WithLogCap sets how many bytes of each lease's workload output this node
-// stores (default DefaultLogCap). Past it the oldest chunks are deleted, so
-// a provider that streams without end cannot fill the buyer's disk; Logs
-// reports the gap as Dropped.
-func WithLogCap(bytes int64) Option {
-	return func(o *options) error {
-		if bytes < 64<<10 {
-			return fmt.Errorf("node: log cap %d bytes: want at least 64 KiB", bytes)
-		}
-		o.logCap = bytes
-		return nil
-	}
-}
 
 // leaseLogs keeps each lease's stored output under the cap.
 type leaseLogs struct {
@@ -42,23 +22,23 @@ type leaseLogs struct {
 
 // appendLog stores one chunk of r's output (kind is the exec frame: stdout
 // or stderr) and trims the oldest output past the cap.
-func (n *Node) appendLog(r *leaseRun, kind byte, data []byte) {
+func (m *Manager) appendLog(r *Run, kind byte, data []byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.logSeq++
 	v := append([]byte{kind}, data...)
-	if err := n.store.PutLog(r.id, r.logSeq, v); err != nil {
-		n.log.Warn("storing output failed", "lease", r.id, "err", err)
+	if err := m.store.PutLog(r.id, r.logSeq, v); err != nil {
+		m.log.Warn("storing output failed", "lease", r.id, "err", err)
 		return
 	}
-	l := &n.logs
+	l := &m.logs
 	l.mu.Lock()
 	used, ok := l.used[r.id]
 	l.mu.Unlock()
 	if !ok {
 		var err error
-		if used, err = n.store.LogBytes(r.id); err != nil {
-			n.log.Warn("reading output size failed", "lease", r.id, "err", err)
+		if used, err = m.store.LogBytes(r.id); err != nil {
+			m.log.Warn("reading output size failed", "lease", r.id, "err", err)
 			return
 		}
 	} else {
@@ -67,9 +47,9 @@ func (n *Node) appendLog(r *leaseRun, kind byte, data []byte) {
 	if used > l.limit {
 		// Trim to three quarters of the cap, so trimming is not paid on
 		// every chunk once the cap is reached.
-		freed, err := n.store.TrimLogs(r.id, used-l.limit*3/4)
+		freed, err := m.store.TrimLogs(r.id, used-l.limit*3/4)
 		if err != nil {
-			n.log.Warn("trimming output failed", "lease", r.id, "err", err)
+			m.log.Warn("trimming output failed", "lease", r.id, "err", err)
 		}
 		used -= freed
 	}
@@ -78,17 +58,16 @@ func (n *Node) appendLog(r *leaseRun, kind byte, data []byte) {
 	l.mu.Unlock()
 }
 
-// Logs implements LeaseAPI: the lease's stored output after seq after, at
-// most logPage bytes a call (More: call again from Next).
-func (n *Node) Logs(_ context.Context, id string, after uint64) (_ api.LogsView, err error) {
-	defer classified(&err)
-	r, err := n.leaseRun(id)
+// Logs is the lease's stored output after seq after, at most logPage
+// bytes a call (More: call again from Next).
+func (m *Manager) Logs(id string, after uint64) (_ api.LogsView, err error) {
+	r, err := m.Lookup(id)
 	if err != nil {
 		return api.LogsView{}, err
 	}
 	v := api.LogsView{Lease: id, Chunks: []api.LogChunk{}, Next: after}
 	size := 0
-	err = n.store.Logs(id, after, func(seq uint64, val []byte) bool {
+	err = m.store.Logs(id, after, func(seq uint64, val []byte) bool {
 		if len(val) == 0 {
 			return true
 		}
@@ -110,7 +89,7 @@ func (n *Node) Logs(_ context.Context, id string, after uint64) (_ api.LogsView,
 	})
 	r.mu.Lock()
 	v.Exit = r.rec.Exit
-	v.Done = !v.More && (r.rec.Exit != nil || (r.ml.State == market.LeaseClosed && n.now().After(r.ml.ClosedAt.Add(5*time.Second))))
+	v.Done = !v.More && (r.rec.Exit != nil || (r.ml.State == market.LeaseClosed && m.now().After(r.ml.ClosedAt.Add(5*time.Second))))
 	r.mu.Unlock()
 	return v, err
 }

@@ -1,4 +1,4 @@
-package node
+package provider
 
 import (
 	"errors"
@@ -15,18 +15,18 @@ import (
 // see what is free now and when the rest frees up. The provider publishes
 // a fresh offer whenever a lease takes or frees GPUs, besides its timer.
 
-// markLeased marks the offer's GPUs held by a lease with the lease's end
+// MarkLeased marks the offer's GPUs held by a lease with the lease's end
 // (market.MarkLeased). The end is the agreed one; a hold without stored
 // terms (a take still in flight) counts until the hold lapses.
-func (n *Node) markLeased(gpus []*proto.GPU, now time.Time) error {
-	holds, err := n.store.GPUHolds(now)
+func (p *Provider) MarkLeased(gpus []*proto.GPU, now time.Time) error {
+	holds, err := p.cfg.Store.GPUHolds(now)
 	if err != nil {
 		return err
 	}
 	ends := make(map[string]time.Time, len(holds))
 	for uuid, h := range holds {
 		ends[uuid] = h.Until
-		if terms, err := n.store.GetLease(h.Lease); err == nil {
+		if terms, err := p.cfg.Store.GetLease(h.Lease); err == nil {
 			ends[uuid] = market.LeaseEnd(terms)
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return err
@@ -36,30 +36,22 @@ func (n *Node) markLeased(gpus []*proto.GPU, now time.Time) error {
 	return nil
 }
 
-// capacityChanged asks the run loop to publish a fresh offer now: a trade
-// leased GPUs or a lease freed them. It never blocks; changes in a burst
-// make one offer. A node without GPUs publishes nothing.
-func (n *Node) capacityChanged() {
-	if n.gpus == nil {
+// CapacityChanged asks Run to publish a fresh offer now: a trade leased
+// GPUs or a lease freed them. It never blocks; changes in a burst make
+// one offer. A node without GPUs publishes nothing.
+func (p *Provider) CapacityChanged() {
+	if p.cfg.GPUs == nil {
 		return
 	}
 	select {
-	case n.republish <- struct{}{}:
+	case p.republish <- struct{}{}:
 	default:
 	}
 }
 
-// leaseEnded is the provider's hook at the end of a lease, after its GPUs
-// are handed back: publish the freed capacity and re-list it for the
-// standing asks (replenish.go).
-func (n *Node) leaseEnded() {
-	n.capacityChanged()
-	n.standing.poke()
-}
-
-// withCapacity adds to an offer's view what of it is free at now, for the
+// WithCapacity adds to an offer's view what of it is free at now, for the
 // GPUs passing the query's filters.
-func withCapacity(v api.OfferView, o *proto.Offer, f market.OfferFilter, now time.Time) api.OfferView {
+func WithCapacity(v api.OfferView, o *proto.Offer, f market.OfferFilter, now time.Time) api.OfferView {
 	v.FreeGPUs = f.FreeGPUs(o, now)
 	v.Capacity = []api.CapacityView{}
 	for _, c := range f.MatchingCapacity(o, now) {

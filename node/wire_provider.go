@@ -1,0 +1,434 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/event"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/suanli/suanli/gpu"
+	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/internal/credit"
+	"github.com/suanli/suanli/node/internal/exchange"
+	"github.com/suanli/suanli/node/internal/history"
+	"github.com/suanli/suanli/node/internal/provider"
+	"github.com/suanli/suanli/node/internal/store"
+	"github.com/suanli/suanli/p2p"
+	"github.com/suanli/suanli/proto"
+)
+
+// The provider's side, wired: offer publishing, capacity, the calendar
+// and standing asks (internal/provider), the credit policy
+// (internal/credit), and the dashboard's history (internal/history).
+// What the rest of the node calls keeps its name here, one line each.
+
+// What the provider's packages are given, checked at compile time.
+var (
+	_ provider.Store   = (*store.Store)(nil)
+	_ provider.DHT     = (*p2p.DHT)(nil)
+	_ provider.Orders  = standingOrders{}
+	_ credit.Payments  = nodePayments{}
+	_ history.Store    = (*store.Store)(nil)
+	_ api.DashboardAPI = (*Node)(nil)
+)
+
+// Default lease terms a provider offers (provider.DefaultMinLease).
+const (
+	defaultMinLease = provider.DefaultMinLease
+	defaultMaxLease = provider.DefaultMaxLease
+)
+
+// DefaultCreditLimit is a provider's credit limit per buyer when neither
+// an option nor config.json sets one: 10 units of the provider's currency.
+const DefaultCreditLimit = credit.DefaultLimit
+
+// DefaultCreditNew is the credit a buyer with no paid history gets when
+// neither an option nor config.json sets it: 1 unit of the limit's
+// currency (never more than the limit).
+const DefaultCreditNew = credit.DefaultNew
+
+// WithCreditNew sets the credit a buyer with no paid history starts with,
+// a decimal in the credit limit's currency; each payment the provider
+// acknowledges raises it by as much, up to the credit limit.
+func WithCreditNew(decimal string) Option {
+	return func(o *options) error {
+		if err := credit.ParseNew(decimal); err != nil {
+			return err
+		}
+		o.creditNew = decimal
+		return nil
+	}
+}
+
+// WithCreditLimit sets the most a buyer may owe this provider unpaid: a
+// decimal in currency (empty: the node's price currency), or "none" for no
+// limit. Leases in any other currency get no credit: only what the buyer
+// prepaid in it.
+func WithCreditLimit(decimal, currency string) Option {
+	return func(o *options) error {
+		if err := credit.ParseLimit(decimal, currency); err != nil {
+			return err
+		}
+		o.creditLimit, o.creditCurrency = decimal, currency
+		return nil
+	}
+}
+
+// creditSettings resolves the credit policy: options over config.json.
+func creditSettings(o options, cfg Config, priceCurrency string) credit.Settings {
+	return credit.Settings{Limit: cmpOr(o.creditLimit, cfg.CreditLimit), Currency: cmpOr(o.creditCurrency, priceCurrency),
+		New: cmpOr(o.creditNew, cfg.CreditNew)}
+}
+
+// newCredit makes the node's credit policy; what it reads of the node
+// (store, leases, metrics) it reads when asked, so it may be made first.
+func (n *Node) newCredit(o options, cfg Config, self peer.ID) (*credit.Policy, error) {
+	return credit.New(creditSettings(o, cfg, n.price.Currency), credit.Config{
+		Self: self, Payments: nodePayments{n}, Leases: n.creditLeases, Log: n.log,
+		Reject: func(kind, reason string) { n.metrics.rejects.WithLabelValues(kind, reason).Inc() },
+	})
+}
+
+// nodePayments reads the acknowledged payments from the node's store.
+type nodePayments struct{ n *Node }
+
+func (p nodePayments) PaymentsBetween(provider, buyer peer.ID, fn func(uint64, []byte) error) error {
+	return p.n.store.PaymentsBetween(provider, buyer, fn)
+}
+
+// creditLeases visits the running leases this node provides to buyer in
+// currency but except, each under its own lock (credit.Config.Leases).
+func (n *Node) creditLeases(buyer peer.ID, currency, except string, add func(*market.Lease) error) error {
+	n.leases.mu.Lock()
+	runs := make([]*leaseRun, 0, len(n.leases.runs))
+	for _, r := range n.leases.runs {
+		if r.id != except && r.rec.Role == market.RoleProvider && r.peer == buyer && r.terms.Currency == currency {
+			runs = append(runs, r)
+		}
+	}
+	n.leases.mu.Unlock()
+	for _, r := range runs {
+		r.mu.Lock()
+		err := add(r.ml)
+		r.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// newProvider makes the provider's side; a buyer's publishes nothing.
+func (n *Node) newProvider() {
+	n.prov = provider.New(provider.Config{
+		Self: n.host.ID(), Key: n.key, GPUs: n.gpus, NoGPU: n.noGPU, Store: n.store, DHT: n.dht, Clock: provider.SystemClock(n.now), Log: n.log,
+		Published: n.metrics.published,
+		Telemetry: func(at time.Time, tel []gpu.Telemetry) { n.metrics.observe(tel); n.telHist.Add(at, tel) },
+		OfferTTL:  n.offerTTL, Region: n.region, Price: n.price, Schedule: n.schedule, ScheduleOffset: n.scheduleOffset,
+		BillingInterval: n.billingInterval, ChargeIncrement: n.chargeIncrement,
+		Hooks: provider.Hooks{
+			Addrs: n.Addrs, JoinMarket: n.JoinMarket,
+			Isolation: func() proto.IsolationLevel {
+				if n.isolation == nil {
+					return proto.IsolationLevel_ISOLATION_LEVEL_UNSPECIFIED
+				}
+				return isolationProto(n.isolation.Level)
+			},
+			Resources: func() provider.Resources {
+				p := n.resourcesPerGPU()
+				return provider.Resources{MilliCPUsPerGPU: uint64(p.milliCPUs), MemoryPerGPU: p.ram, DiskPerGPU: p.disk, HostMemory: hostMemory()}
+			},
+		},
+	})
+	n.standing = provider.NewStanding(standingOrders{n}, provider.SystemClock(n.now), n.log)
+}
+
+// run is the node's background life: join the network, then (as a
+// provider) sample telemetry, keep the standing asks topped up, and
+// publish the offer and keep republishing it.
+func (n *Node) run() {
+	n.bootstrap()
+	if n.gpus == nil {
+		return
+	}
+	n.spawn(func() { n.prov.SampleTelemetry(n.ctx) })
+	n.spawn(func() { n.standing.Run(n.ctx) })
+	// A publish that failed for want of peers is retried soon after a peer
+	// is identified, not only when its backoff ends: the first offer of a
+	// provider started long before its peers goes out when they come.
+	peerUp := make(chan struct{}, 1)
+	if sub, err := n.host.EventBus().Subscribe(new(event.EvtPeerIdentificationCompleted)); err == nil {
+		defer sub.Close()
+		// Drained at once: a subscriber that falls behind blocks the
+		// host's identify, and Run is busy while it publishes.
+		n.spawn(func() {
+			for range sub.Out() {
+				select {
+				case peerUp <- struct{}{}:
+				default:
+				}
+			}
+		})
+	}
+	n.prov.Run(n.ctx, peerUp)
+}
+
+// bootstrap dials the bootstrap peers until one answers or the node closes.
+func (n *Node) bootstrap() {
+	backoff := 500 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(n.ctx, 20*time.Second)
+		err := n.dht.Bootstrap(ctx)
+		cancel()
+		if err == nil || n.ctx.Err() != nil {
+			return
+		}
+		n.log.Warn("bootstrap failed; will retry", "err", err, "in", backoff)
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+}
+
+// Publish builds a fresh offer from the GPU inventory with the next seq,
+// seals it and publishes it to the DHT. The run loop calls it on a timer;
+// integrators may call it after changing what they offer.
+func (n *Node) Publish(ctx context.Context) error { return n.prov.Publish(ctx) }
+
+// Published is the last offer this node published, or nil.
+func (n *Node) Published() *proto.Offer {
+	if n.prov == nil {
+		return nil
+	}
+	return n.prov.Published()
+}
+
+// capacityChanged asks the run loop to publish a fresh offer now
+// (provider.CapacityChanged); a node without GPUs publishes nothing.
+func (n *Node) capacityChanged() {
+	if n.prov != nil {
+		n.prov.CapacityChanged()
+	}
+}
+
+// leaseEnded is the provider's hook at the end of a lease, after its GPUs
+// are handed back: publish the freed capacity and re-list it for the
+// standing asks.
+func (n *Node) leaseEnded() {
+	n.capacityChanged()
+	if n.standing != nil {
+		n.standing.Poke()
+	}
+}
+
+func withCapacity(v api.OfferView, o *proto.Offer, f market.OfferFilter, now time.Time) api.OfferView {
+	return provider.WithCapacity(v, o, f, now)
+}
+
+func parseStart(s string, now time.Time) (time.Time, error) { return market.ParseStart(s, now) }
+func leaseStartFor(bid *market.Order, now time.Time) time.Time {
+	return market.LeaseStartFor(bid, now)
+}
+func wantStart(o *market.Order, blockStart, now time.Time) time.Time {
+	return market.WantStart(o, blockStart, now)
+}
+
+func (n *Node) reservedAskPrice(req api.OrderRequest) (string, error) {
+	return n.prov.ReservedAskPrice(req.MinDuration)
+}
+
+func (n *Node) freeGPUsFor(mkt string, from, end time.Time) ([]string, error) {
+	return n.prov.FreeGPUsFor(mkt, from, end)
+}
+
+// Standing asks.
+
+func checkReplenish(req api.OrderRequest) error          { return provider.CheckReplenish(req) }
+func (n *Node) standAsk(id string, req api.OrderRequest) { n.standing.Stand(id, req) }
+
+// StandingAsks lists the standing asks: ID, count kept, orders placed.
+func (n *Node) StandingAsks() []api.StandingAskView { return n.standing.List() }
+
+// standingOrders is what standing asks reach of the node
+// (provider.Orders): its API for orders and leases, and its own orders.
+type standingOrders struct{ *Node }
+
+func (s standingOrders) FreeGPUs(mkt string) ([]string, error) { return s.prov.FreeGPUs(mkt) }
+
+// MarkStanding records that order was placed for the standing ask standing.
+func (s standingOrders) MarkStanding(order, standing string) {
+	s.ownMu.Lock()
+	defer s.ownMu.Unlock()
+	if oo := s.own[order]; oo != nil {
+		oo.stand = standing
+	}
+}
+
+// RestingAsks counts the GPUs on this node's resting, unexpired asks in a
+// market: already on the book.
+func (s standingOrders) RestingAsks(mkt string, now time.Time) uint32 {
+	type ref struct{ id, currency string }
+	var refs []ref
+	s.ownMu.Lock()
+	for id, oo := range s.own {
+		if oo.order.Side == market.Ask && oo.order.Market == mkt && (oo.status == "resting" || oo.status == "taking") && oo.order.Expires.After(now) {
+			refs = append(refs, ref{id, oo.order.Currency})
+		}
+	}
+	s.ownMu.Unlock()
+	var sum uint32
+	for _, r := range refs {
+		if _, rem, ok := s.books.Lookup(mkt, r.currency, r.id); ok {
+			sum += rem
+		}
+	}
+	return sum
+}
+
+// ownFailed records why one of this node's orders failed to take a match.
+func (n *Node) ownFailed(id string, err error) {
+	n.ownMu.Lock()
+	defer n.ownMu.Unlock()
+	if oo := n.own[id]; oo != nil {
+		oo.err = err.Error()
+	}
+}
+
+// Credit.
+
+func (n *Node) checkCredit(terms *proto.Lease, now time.Time) error {
+	return n.credit.Check(terms, now)
+}
+
+// checkBidCredit is checkCredit for the resting bid bidID of buyer this
+// provider is about to take, billed as its offer says.
+func (n *Node) checkBidCredit(bidID, buyer string, count uint32, price int64, currency string, d time.Duration) error {
+	interval := int64(n.billingInterval / time.Second)
+	if t := n.Published().GetTerms().GetBillingIncrementS(); t > 0 {
+		interval = t
+	}
+	return n.credit.CheckBid(bidID, buyer, count, price, currency, d, interval, n.now())
+}
+
+// creditOthers is, for the provider's billing step of r, its buyer's
+// credit without r (credit.Policy.Others).
+func (n *Node) creditOthers(r *leaseRun, now time.Time) (market.Credit, bool) {
+	if r.rec.Role != market.RoleProvider {
+		return market.Credit{}, false
+	}
+	return n.credit.Others(r.id, r.peer, r.terms.Currency, now)
+}
+
+// overCreditLocked is credit.Policy.Over for r. Holds r.mu.
+func (n *Node) overCreditLocked(others market.Credit, limited bool, r *leaseRun, now time.Time) (string, bool) {
+	return n.credit.Over(others, limited, r.ml, now)
+}
+
+// billedTo is where r's receipts end: its last window billed, or its start.
+// Holds r.mu.
+func (r *leaseRun) billedTo() time.Time {
+	return time.UnixMilli(max(r.ml.Chain.WindowEndUnixMs, r.terms.StartUnixMs))
+}
+
+// creditViews are buyer's credit in its leases' currencies and the limit's.
+func (n *Node) creditViews(buyer peer.ID, currencies []string) []api.CreditView {
+	if n.gpus == nil {
+		return nil
+	}
+	return n.credit.Views(buyer, currencies, n.now())
+}
+
+// creditFreed is told a payment of buyer was acknowledged: the policy
+// counts it, and this provider's resting orders in its markets are
+// retried, so an ask crossing a bid it refused to take while the buyer
+// was over its limit trades now.
+func (n *Node) creditFreed(buyer peer.ID) {
+	n.credit.Paid(buyer)
+	seen := map[string]bool{}
+	for _, g := range n.Published().GetGpus() {
+		if !seen[g.Market] {
+			seen[g.Market] = true
+			n.kickMarket(g.Market)
+		}
+	}
+}
+
+// History.
+
+// prices is the price history in the node's store.
+func (n *Node) prices() history.Prices { return history.Prices{Store: n.store, Log: n.log} }
+
+func (n *Node) recordHistory(f market.Fill, index int64) { n.prices().Record(f, index) }
+
+// History implements DashboardAPI.
+func (n *Node) History(_ context.Context, mkt, currency string, q api.HistoryQuery) (_ api.HistoryView, err error) {
+	defer classified(&err)
+	return n.prices().Query(mkt, currency, q)
+}
+
+// GPUHistory implements DashboardAPI.
+func (n *Node) GPUHistory(ctx context.Context) (_ api.GPUHistoryView, err error) {
+	defer classified(&err)
+	if n.gpus == nil {
+		return api.GPUHistoryView{}, fmt.Errorf("%w: %v", api.ErrNoGPUs, n.noGPU)
+	}
+	leases, _ := n.Leases(ctx)
+	return n.telHist.View(n.gpus.Inventory, leases, provider.TelemetryInterval)
+}
+
+// marketsLookupTimeout bounds the DHT lookup Markets makes on a node that
+// has not looked up offers in the last minute.
+const marketsLookupTimeout = 5 * time.Second
+
+// Markets implements DashboardAPI: the markets this node joined, with
+// their books, and the markets known from providers' offers (the DHT's,
+// through the node's offer cache), joined or not, with how many providers
+// offer how many GPUs from what list price. A read-only request starts no
+// lookup: it answers from the offers this node already stored.
+func (n *Node) Markets(ctx context.Context) (_ []api.MarketSummary, err error) {
+	defer classified(&err)
+	now := n.now()
+	var books []api.MarketSummary
+	n.books.Each(func(s *exchange.Replica) { books = append(books, history.BookSummary(s, now)) })
+	return history.Summaries(books, n.books.Markets(), n.knownOffers(ctx, now)), nil
+}
+
+// knownOffers are the unexpired offers of every market this node knows:
+// its own, and the offer cache's from the last lookup of all markets (a
+// new lookup, bounded by marketsLookupTimeout, when that one is more than
+// a minute old). A read-only request, or a lookup that finds nothing, gets
+// the offers stored in Badger.
+func (n *Node) knownOffers(ctx context.Context, now time.Time) []*proto.Offer {
+	offers, warm := map[peer.ID]*proto.Offer{}, true
+	if !api.ReadOnly(ctx) {
+		offers, warm = n.offers.Warm(p2p.AnyMarket)
+	}
+	if !warm {
+		lctx, cancel := context.WithTimeout(ctx, marketsLookupTimeout)
+		var err error
+		offers, err = n.offers.Lookup(lctx, p2p.AnyMarket, false)
+		cancel()
+		if err != nil {
+			n.log.Debug("some offers could not be fetched", "err", err)
+		}
+	}
+	if len(offers) == 0 {
+		n.offers.FromStore(offers)
+	}
+	if o := n.Published(); o != nil {
+		offers[n.host.ID()] = o
+	}
+	out := make([]*proto.Offer, 0, len(offers))
+	for _, o := range offers {
+		if time.UnixMilli(o.ExpiresUnixMs).After(now) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
