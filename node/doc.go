@@ -32,9 +32,13 @@
 //     machines (their tables are its package doc), close notices, redials,
 //     workloads and their logs, on an injected clock. It keeps what it
 //     signs in leases; wire_lease.go wires it to the rest of the node.
-//   - node/internal/trade: the take protocol's state machine: each take
-//     answered once (a replay gets the first answer), only while fresh,
-//     and the GPUs of own orders in takes in flight.
+//   - node/internal/trade: the take protocol, taker's and maker's sides:
+//     the take loop, each take answered once (a replay gets the first
+//     answer) and only while fresh, the reservation of GPUs, the GPUs of
+//     own orders in takes in flight, spot preemption, and the
+//     explanation of orders passed over.
+//   - node/internal/resale: the resale of reserved time, holder's,
+//     provider's and new buyer's sides, and its records.
 //   - node/internal/provider: the provider's side: its offer (built from
 //     the inventory, sealed, published and republished), the free
 //     capacity and calendar it shows, and standing asks. Reached through
@@ -52,28 +56,33 @@
 // network, NVML or executor call; the clock is WithClock's everywhere a
 // decision depends on time.
 //
-// The take protocol (/suanli/trade/1.0.0, trade.go, takeanswer.go) is one
-// signed Take and one signed answer on a stream; its states, messages and
-// transitions are written down in node/internal/trade, which keeps the
-// state no peer may bend (answers given, GPUs in takes in flight).
-// TestHostileTakeReplay and TestHostileTakeOutOfTurn drive each row
-// against a real node.
+// The take protocol (/suanli/trade/1.0.0) and the resale are wired in
+// wire_trade.go: every call they make on the rest of the node goes
+// through the adapters there (trade.Node, resale.Node), and the node's
+// own orders and their API stay in orders.go. Their states, messages and
+// transitions are written down in node/internal/trade and
+// node/internal/resale. TestHostileTakeReplay and TestHostileTakeOutOfTurn
+// drive each row of the take's against a real node.
 //
 // Lock order, for the locks one part of the trade takes while holding
 // another (outermost first):
 //
-//	tradeMu → the books lock (exchange.Books) → ownMu, trade.Inflight
+//	trade.Trader's lock → the books lock (exchange.Books) → ownMu, trade.Inflight
+//	trade.Trader's lock → the leases lock → a lease's lock (Node.Preemptible)
+//	a lease's lock → resale's handover (store writes only)
 //
-// ownMu, inflight's and answers' locks (package trade) are leaves: held,
-// they call nothing and lock nothing. So are the provider's side's (its
-// offer's, its standing asks', the credit policy's payment cache and the
-// telemetry ring): each is taken and released without a call out, and
+// ownMu, Inflight's, Answers' and resale.Manager's locks are leaves:
+// held, they call nothing and lock nothing. So are the provider's side's
+// (its offer's, its standing asks', the credit policy's payment cache and
+// the telemetry ring): each is taken and released without a call out, and
 // the credit policy visits the leases, each under its own lock, with none
 // of its own held. A provider's Publish runs one at a time (its publish
-// lock) and holds it across the DHT, never with another lock. The books lock is never held across
-// a store write (the price history is written after it, in filled).
-// TestOrderViewWhileFillsApply and TestInflightEndsWithItsFill hold the
-// order to this.
+// lock) and holds it across the DHT, never with another lock. The trade
+// lock is never held across the network, NVML, an executor, a store write
+// or a signature check (TestReserveTakeOutsideTheLock). The books lock is
+// never held across a store write (the price history is written after it,
+// in filled). TestOrderViewWhileFillsApply and TestInflightEndsWithItsFill
+// hold the order to this.
 //
 // The leases' locks are package lease's (its doc gives their order:
 // Manager.mu → Run.mu → the logs' lock). The node's table of lease

@@ -2,20 +2,26 @@ package node
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/internal/exchange"
+	"github.com/suanli/suanli/node/internal/trade"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
 
-// The books lock is taken before the own orders' lock (a fill applied
-// under the books lock records itself in the node's own orders): a view of
-// a resting order must not explain it from the book while it holds the
-// own orders' lock, or a view and a fill deadlock.
+// The lock order of node/doc.go, held: the trade lock before the books
+// lock before the own orders' lock and Inflight's (a take loop reads an
+// order's fills and its count in flight under both), and the books lock
+// before the own orders' lock (a fill applied under the books lock
+// records itself in the node's own orders): a view of a resting order
+// must not explain it from the book while it holds the own orders' lock,
+// or a view and a fill deadlock. Take loops, fills and views run at once.
 func TestOrderViewWhileFillsApply(t *testing.T) {
 	const mkt = "nvidia-h100-sxm5-80gb"
 	n := &Node{own: map[string]*ownOrder{}, now: time.Now}
@@ -27,9 +33,18 @@ func TestOrderViewWhileFillsApply(t *testing.T) {
 		ID: "bid-mine", Maker: "me", Side: market.Bid, Market: mkt, Currency: "USD", Quantity: 1, Price: 1_000_000,
 		LeaseType: market.Spot, Duration: time.Hour, Created: t0, Expires: t0.Add(time.Hour),
 	}}
+	n.trade = trade.New(trade.Config{Books: n.books, Inflight: &n.inflight, Now: time.Now, Node: tradeNode{n},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	const rounds = 3000
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		o := n.own["bid-mine"].order
+		for range rounds {
+			n.trade.TakeLoop(t.Context(), &o, nil) // nothing crosses: the locks only
+		}
+	}()
 	go func() {
 		defer wg.Done()
 		for range rounds {
@@ -49,6 +64,6 @@ func TestOrderViewWhileFillsApply(t *testing.T) {
 	select {
 	case <-done:
 	case <-time.After(time.Minute):
-		t.Fatal("order views and fills deadlocked: the own orders' lock was held while taking the books lock")
+		t.Fatal("order views and fills deadlocked: the lock order was broken")
 	}
 }

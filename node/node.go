@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
@@ -27,6 +26,7 @@ import (
 	"github.com/suanli/suanli/node/internal/history"
 	"github.com/suanli/suanli/node/internal/httpapi"
 	"github.com/suanli/suanli/node/internal/provider"
+	"github.com/suanli/suanli/node/internal/resale"
 	"github.com/suanli/suanli/node/internal/store"
 	"github.com/suanli/suanli/node/internal/trade"
 	"github.com/suanli/suanli/p2p"
@@ -273,16 +273,11 @@ type Node struct {
 	books           *exchange.Books // the market replicas and their gossip (book.go)
 	offers          *exchange.Offers
 	billingInterval time.Duration
-	// tradeMu guards the choice and reservation of GPUs for a trade. It
-	// is never held across the network, NVML or an executor (see
-	// handleTake).
-	tradeMu  sync.Mutex
-	inflight trade.Inflight // GPUs of own orders in takes in flight, as taker or maker
-	takeSeq  atomic.Uint64  // keys of this node's own takes in inflight
-	answers  trade.Answers  // the takes answered lately (takeanswer.go)
-	takes    gate           // takes being answered (handleTake); Close shuts it
+	trade           *trade.Trader   // the take protocol, as taker and maker (wire_trade.go)
+	resale          *resale.Manager // resales of reserved time (wire_trade.go)
+	inflight        trade.Inflight  // GPUs of own orders in takes in flight, as taker or maker
 	// ownMu guards own, the node's own orders and what became of them. It
-	// is a leaf: taken after tradeMu and the books lock (a fill records
+	// is a leaf: taken after the trade lock and the books lock (a fill records
 	// itself here from inside the books lock), and nothing is locked or
 	// called out to while it is held (TestOrderViewWhileFillsApply).
 	ownMu           sync.Mutex
@@ -429,6 +424,7 @@ func New(opts ...Option) (_ *Node, err error) {
 	}
 	n.books = n.newBooks(o.sweepEvery, o.maxResting)
 	n.books.Start(n.ctx)
+	n.trade, n.resale = n.newTrader(), n.newResale()
 	p2p.HandleTakes(n.host, n.handleTake)
 	p2p.HandleSync(n.host, n.books.AnswerSync)
 	if err := n.startLeases(o); err != nil {
@@ -476,11 +472,11 @@ func (n *Node) openGPUs(o options, cfg Config) {
 // readers); once Close waits, spawn starts nothing and reports false.
 // What it drops then is redone from storage when the node restarts.
 func (n *Node) spawn(fn func()) bool {
-	if !n.spawned.enter() {
+	if !n.spawned.Enter() {
 		return false
 	}
 	go func() {
-		defer n.spawned.leave()
+		defer n.spawned.Leave()
 		fn()
 	}()
 	return true
@@ -505,7 +501,7 @@ func (n *Node) Close() error {
 			n.host.RemoveStreamHandler(p2p.SyncProtocol)
 			n.stopLeases()
 		}
-		n.spawned.close()
+		n.spawned.Close()
 		if n.books != nil {
 			n.books.Wait()
 		}
@@ -518,16 +514,20 @@ func (n *Node) Close() error {
 		if n.host != nil && !n.hostInjected {
 			errs = append(errs, n.host.Close())
 		}
-		// Let the takes being answered finish before the store goes.
-		n.takes.close()
-		n.tradeMu.Lock()
-		if n.gpus != nil {
-			errs = append(errs, n.gpus.Close())
+		closeStore := func() {
+			if n.gpus != nil {
+				errs = append(errs, n.gpus.Close())
+			}
+			if n.store != nil {
+				errs = append(errs, n.store.Close())
+			}
 		}
-		if n.store != nil {
-			errs = append(errs, n.store.Close())
+		if n.trade != nil {
+			// Let the takes being answered finish before the store goes.
+			n.trade.Shut(closeStore)
+		} else {
+			closeStore()
 		}
-		n.tradeMu.Unlock()
 		if n.lock != nil {
 			errs = append(errs, n.lock.Close())
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
+	gproto "google.golang.org/protobuf/proto"
 
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node"
@@ -237,6 +238,25 @@ func TestResale(t *testing.T) {
 	if !bytes.Equal(sold.Record, bought.Record) || sold.Role != "seller" || bought.Role != "buyer" ||
 		sold.PremiumMicros != want || want <= 0 || sold.NewLease != nl || sold.Lease != l || !sold.From.Equal(*pl.ClosedAt) {
 		t.Errorf("premium: holder %+v, buyer %+v; want the same record, %d micros from %s", sold, bought, want, pl.ClosedAt)
+	}
+
+	// The new buyer's take again (a replay, or a retry that lost the
+	// answer): the holder's stored answer, the same bytes, and no second
+	// resale.
+	var rec proto.SignedPremium
+	if err := gproto.Unmarshal(sold.Record, &rec); err != nil {
+		t.Fatal(err)
+	}
+	ho, _, err := p2p.Open[*proto.Handover](rec.Handover, proto.MaxReceiptSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := p2p.SendTake(ctx, buyer.Host(), holder.PeerID(), ho.Take)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := again.GetResale(); r == nil || !bytes.Equal(r.Accept, rec.Accept) || !bytes.Equal(r.Handover, rec.Handover) || !bytes.Equal(r.Premium, rec.Premium) {
+		t.Errorf("the replayed resale take got %v, want the first answer", again)
 	}
 
 	// A lease is resold once.

@@ -27,7 +27,7 @@ func TestSpawnAfterCloseWaits(t *testing.T) {
 				}
 			}()
 		}
-		n.spawned.close()
+		n.spawned.Close()
 		closed.Store(1)
 		callers.Wait()
 		if late.Load() != 0 {

@@ -17,7 +17,7 @@ import (
 //	offer/<peer>                           last valid sealed offer seen from a provider
 //	fill/<unix-ms BE>/<fill id>            a doubly-signed fill (proto.Fill)
 //	lease/<lease id>                       a lease this node is party to (proto.Lease), synced
-//	answer/<take id>                       a maker's accept of a take (proto.TradeReply), with the lease, synced
+//	answer/<take id>                       a maker's accept of a take (proto.TradeReply), with the lease, or a holder's resale reply, with the sale, synced
 //	gpu/<uuid>                             a current hold: end (unix ms BE) + lease or take id, synced
 //	cal/<uuid>/<start BE>/<lease id>       a forward block of a GPU: end (unix ms BE), synced
 //	leasestate/<lease id>                  the lease's own record (JSON, node's leaseRecord), synced
@@ -29,7 +29,7 @@ import (
 //	attest/<peer>                          the last attestation verdict on a provider (JSON)
 //	hist/<market>/<currency>/<unix-ms BE>/<fill id>   one price history point
 //	handover/<lease id>                    a provider's handover of a resold lease (proto.ResaleReply), synced
-//	<key of the premium record>            proto.SignedPremium of a resale (see node/resale.go), synced
+//	<key of the premium record>            proto.SignedPremium of a resale (see node/internal/resale), synced
 //
 // Peers are their raw ID bytes in offer/ and attest/, their string form
 // in payment/.

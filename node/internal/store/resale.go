@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 
 	badger "github.com/dgraph-io/badger/v4"
 	"github.com/suanli/suanli/proto"
@@ -92,4 +93,28 @@ func (s *Store) HandoverOf(lease string) (*proto.ResaleReply, error) {
 		return nil, err
 	}
 	return &rep, nil
+}
+
+// PutResoldTake stores a holder's resale of a lease (its record at key)
+// with its answer to the take that bought it (reply, a marshalled
+// proto.TradeReply), in one synced transaction that fails with
+// ErrAnswered when the take was answered before: a replayed take, after a
+// restart too, gets this answer (TakeAnswer).
+func (s *Store) PutResoldTake(key string, sp *proto.SignedPremium, take string, reply []byte) error {
+	b, err := receiptMarshal.Marshal(sp)
+	if err != nil {
+		return err
+	}
+	return s.syncUpdate(func(txn *badger.Txn) error {
+		switch _, err := txn.Get(answerKey(take)); {
+		case err == nil:
+			return fmt.Errorf("%w: %s", ErrAnswered, take)
+		case !errors.Is(err, badger.ErrKeyNotFound):
+			return err
+		}
+		if err := s.set(txn, []byte(key), b); err != nil {
+			return err
+		}
+		return s.set(txn, answerKey(take), reply)
+	})
 }

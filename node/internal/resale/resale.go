@@ -1,4 +1,4 @@
-package node
+package resale
 
 import (
 	"bytes"
@@ -7,75 +7,149 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/prometheus/client_golang/prometheus"
 	gproto "google.golang.org/protobuf/proto"
 
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/internal/exchange"
 	"github.com/suanli/suanli/node/internal/store"
+	"github.com/suanli/suanli/node/internal/trade"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
 
-// Resale of reserved time (market/resale.go has the rules). Three parties:
-// the holder H of reserved lease L (provider P → H), the provider P, and a
-// new buyer B.
-//
-//  1. H places a reserved ask naming L (OrderRequest.Resell): the ask
-//     carries L's signed terms (proto.Order.resell), sells L's GPUs all
-//     or none for the rest of its block (its max duration; a bid taking
-//     it must want all that is left), and only rests. Replicas take its
-//     facts (region, attestation, memory) from P's offer (resaleFacts).
-//  2. B's bid takes it from H as any ask (trade stream, proto.Take).
-//  3. H signs a proto.Handover of L to B naming B's take and sends it to P
-//     on the lease protocol (p2p.FrameHandover).
-//  4. P checks it (L reserved, H its buyer, running, not resold before —
-//     the handover is stored in one Badger transaction with the new
-//     lease's terms, so a second is refused), moves the GPUs' hold from L
-//     to L', ends L as resold at the handover t, and answers with its
-//     sealed proto.Accept of L' (P → B, the same GPUs from t to the block's
-//     end at L's price; ID: B's take's CID).
-//  5. H checks the accept, ends L as resold at t, signs the
-//     proto.Premium ((ask price − L's price) × GPUs × (end − t)) and
-//     answers B's take with a proto.ResaleReply: accept, handover,
-//     premium.
-//  6. B checks the accept is L's provider's and its lease is L's rest, the
-//     handover and the premium, countersigns the premium, stores the
-//     record and starts L'; the countersignature goes to H
-//     (p2p.FramePremium), which stores the same record.
-//
-// Keys (synced writes):
-//
-//	handover/<lease>        on P: proto.ResaleReply (handover, accept) of the lease resold
-//	resale/sold/<lease>     on H: proto.SignedPremium of the lease it resold
-//	resale/bought/<lease>   on B: proto.SignedPremium of the lease it bought by resale
+// DefaultOrderTTL is how long a resale ask rests when not told.
+const DefaultOrderTTL = time.Hour
 
-// resaleClaims holds the resales in flight, by node and lease, so one
-// holder never hands a lease over twice at once.
-var resaleClaims sync.Map
-
-func claimResale(n *Node, lease string) (release func(), ok bool) {
-	key := n.host.ID().String() + "/" + lease
-	if _, busy := resaleClaims.LoadOrStore(key, struct{}{}); busy {
-		return nil, false
-	}
-	return func() { resaleClaims.Delete(key) }, true
+// Lease is what the resale needs of a lease this node is party to, read
+// in one step.
+type Lease struct {
+	ID    string
+	Peer  peer.ID // the counterparty
+	Role  market.Role
+	Terms *proto.Lease
+	State market.LeaseState
+	Fill  []byte // the signed terms as stored (a marshalled proto.Fill)
 }
 
-func (n *Node) resaleReject(kind string, err error) error {
-	n.metrics.rejects.WithLabelValues(kind, market.ResaleReason(err)).Inc()
-	n.log.Info("resale refused", "kind", kind, "err", err)
+// Node is what the resale needs of the rest of the node: its leases, its
+// own orders, the book's gossip and the offers. The node implements it in
+// one wiring file (node/wire_trade.go).
+type Node interface {
+	// Lease is lease id as it stands.
+	Lease(id string) (Lease, error)
+	// EndResold ends lease id, which this node holds, as resold at at
+	// (when it still runs) and lets the lease's loop see it.
+	EndResold(id string, at time.Time, note string)
+	// HandOver, for lease id this node provides, runs fn under the
+	// lease's lock while it runs, with the time it is billed to; fn
+	// returns the handover time and the note the lease ends as resold
+	// with. HandOver returns the lease's close time.
+	HandOver(id string, fn func(billedTo time.Time) (at time.Time, note string, err error)) (time.Time, error)
+	// ResoldClosed tells the holder of lease id, resold and closed at at,
+	// that it is, and lets the lease's loop see it.
+	ResoldClosed(id string, at time.Time)
+	// StartLease starts the lease of a fill this node is party to.
+	StartLease(ev *p2p.BookEvent)
+	// ResaleOf is the lease an own order resells, or "".
+	ResaleOf(order string) string
+	// AddOwn records a resale ask as one of this node's orders, resting.
+	AddOwn(o *market.Order, env []byte, req api.OrderRequest)
+	// OwnFilled records a fill of one of this node's orders.
+	OwnFilled(f market.Fill, l *proto.Lease)
+	// Order is one of this node's orders; CancelOrder withdraws it.
+	Order(ctx context.Context, id string) (api.OrderView, error)
+	CancelOrder(ctx context.Context, id string) (api.OrderView, error)
+	// JoinMarket joins a market's book; PublishBook gossips on it.
+	JoinMarket(ctx context.Context, mkt string) error
+	PublishBook(ctx context.Context, mkt string, m *proto.BookMessage, ev *p2p.BookEvent) error
+	// AskFacts, OfferOf and AttestedLevel are an ask's facts, a
+	// provider's offer and its attestation level.
+	AskFacts(ctx context.Context, o *market.Order, offerSeq uint64) error
+	OfferOf(ctx context.Context, p peer.ID, minSeq uint64) (*proto.Offer, error)
+	AttestedLevel(ctx context.Context, p peer.ID, offer *proto.Offer) string
+	// Spawn runs fn on a goroutine Close waits for, unless closing;
+	// Context ends when the node closes.
+	Spawn(fn func()) bool
+	Context() context.Context
+}
+
+// Config is what a Manager is built from.
+type Config struct {
+	Host  host.Host
+	Key   crypto.PrivKey
+	Store *store.Store
+	Books *exchange.Books
+	Now   func() time.Time
+	Log   *slog.Logger
+	// Rejects is suanli_validation_rejects_total{kind,reason}.
+	Rejects *prometheus.CounterVec
+	Node    Node
+}
+
+// Manager is one node's side of resales, as holder, provider and new
+// buyer. It is safe for concurrent use.
+type Manager struct {
+	Config
+	mu     sync.Mutex          // guards claims; a leaf
+	claims map[string]struct{} // leases being handed over by this holder
+}
+
+// New returns a Manager.
+func New(c Config) *Manager {
+	return &Manager{Config: c, claims: map[string]struct{}{}}
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+func shortID(p peer.ID) string {
+	s := p.String()
+	if len(s) > 8 {
+		return s[len(s)-8:]
+	}
+	return s
+}
+
+// claim marks lease as being handed over, so the holder never hands a
+// lease over twice at once; ok is false when it already is.
+func (m *Manager) claim(lease string) (release func(), ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, busy := m.claims[lease]; busy {
+		return nil, false
+	}
+	m.claims[lease] = struct{}{}
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		delete(m.claims, lease)
+	}, true
+}
+
+// refused counts and logs a refused resale step of kind.
+func (m *Manager) refused(kind string, err error) error {
+	m.Rejects.WithLabelValues(kind, market.ResaleReason(err)).Inc()
+	m.Log.Info("resale refused", "kind", kind, "err", err)
 	return err
 }
 
-// resoldLeaseTerms reads the resold lease's terms an ask carries: a
+// ResoldLeaseTerms reads the resold lease's terms an ask carries: a
 // marshalled proto.Fill, either a whole trade (its take and accept, both
 // signed) or the provider's accept of a lease bought by resale.
-func resoldLeaseTerms(b []byte, now time.Time) (*proto.Lease, error) {
+func ResoldLeaseTerms(b []byte, now time.Time) (*proto.Lease, error) {
 	var f proto.Fill
 	if len(b) == 0 || len(b) > proto.MaxBookMessageSize {
 		return nil, &market.ResaleError{Label: "schema", Reason: "no resold lease terms, or too large"}
@@ -103,21 +177,21 @@ func resoldLeaseTerms(b []byte, now time.Time) (*proto.Lease, error) {
 	return ev.Lease, nil
 }
 
-// askFactsOf checks an ask as askFacts does, or a resale ask as
-// resaleFacts does.
-func (n *Node) askFactsOf(ctx context.Context, o *market.Order, po *proto.Order) error {
+// AskFacts checks a replica's ask as Node.AskFacts does, or a resale
+// ask as resaleFacts does.
+func (m *Manager) AskFacts(ctx context.Context, o *market.Order, po *proto.Order) error {
 	if len(po.GetResell()) > 0 {
-		return n.resaleFacts(ctx, o, po)
+		return m.resaleFacts(ctx, o, po)
 	}
-	return n.askFacts(ctx, o, po.GetOfferSeq())
+	return m.Node.AskFacts(ctx, o, po.GetOfferSeq())
 }
 
 // resaleFacts checks a resale ask against the lease it names and takes its
 // facts from that lease's provider's offer: its maker holds the lease, and
 // the ask sells all the lease's GPUs at most for the rest of its block.
-func (n *Node) resaleFacts(ctx context.Context, o *market.Order, po *proto.Order) error {
-	now := n.now()
-	l, err := resoldLeaseTerms(po.Resell, now)
+func (m *Manager) resaleFacts(ctx context.Context, o *market.Order, po *proto.Order) error {
+	now := m.Now()
+	l, err := ResoldLeaseTerms(po.Resell, now)
 	if err != nil {
 		return err
 	}
@@ -141,7 +215,7 @@ func (n *Node) resaleFacts(ctx context.Context, o *market.Order, po *proto.Order
 	case !o.Start.IsZero():
 		return &market.ResaleError{Label: "wrong-duration", Reason: "a resale starts at the handover"}
 	}
-	offer, err := n.offerOf(ctx, peer.ID(l.Provider), 0)
+	offer, err := m.Node.OfferOf(ctx, peer.ID(l.Provider), 0)
 	if err != nil {
 		return err
 	}
@@ -151,48 +225,46 @@ func (n *Node) resaleFacts(ctx context.Context, o *market.Order, po *proto.Order
 			mem = g.MemoryBytes
 		}
 	}
-	o.Facts = market.Facts{Region: offer.Region, Attestation: n.attestedLevel(ctx, peer.ID(l.Provider), offer), MemoryBytes: mem}
+	o.Facts = market.Facts{Region: offer.Region, Attestation: m.Node.AttestedLevel(ctx, peer.ID(l.Provider), offer), MemoryBytes: mem}
 	return nil
 }
 
-// placeResale places a resale ask of the lease req.Resell names (see
-// PlaceOrder): all its GPUs for the rest of its block, at req.Price.
-func (n *Node) placeResale(ctx context.Context, req api.OrderRequest) (api.OrderView, error) {
-	now := n.now()
+// Place places a resale ask of the lease req.Resell names (see
+// node.PlaceOrder): all its GPUs for the rest of its block, at req.Price.
+func (m *Manager) Place(ctx context.Context, req api.OrderRequest) (api.OrderView, error) {
+	now := m.Now()
 	refuse := func(err error) (api.OrderView, error) {
-		n.resaleReject("resale", err)
+		m.refused("resale", err)
 		return api.OrderView{}, api.BadRequest("%v", err)
 	}
-	r, err := n.leaseRun(req.Resell)
+	r, err := m.Node.Lease(req.Resell)
 	if err != nil {
 		return refuse(&market.ResaleError{Label: "not-holder", Reason: fmt.Sprintf("this node holds no lease %s", req.Resell)})
 	}
-	if r.rec.Role != market.RoleBuyer {
-		return refuse(&market.ResaleError{Label: "not-holder", Reason: fmt.Sprintf("lease %s is this node's to provide, not to resell", r.id)})
+	if r.Role != market.RoleBuyer {
+		return refuse(&market.ResaleError{Label: "not-holder", Reason: fmt.Sprintf("lease %s is this node's to provide, not to resell", r.ID)})
 	}
-	r.mu.Lock()
-	terms, state, fill := r.terms, r.ml.State, r.rec.Fill
-	r.mu.Unlock()
-	if err := market.CheckResellable(terms, []byte(n.host.ID()), now); err != nil {
+	terms, state, fill := r.Terms, r.State, r.Fill
+	if err := market.CheckResellable(terms, []byte(m.Host.ID()), now); err != nil {
 		return refuse(err)
 	}
-	if sold, _ := n.store.SignedPremium("resale/sold/" + r.id); sold != nil {
-		return refuse(&market.ResaleError{Label: "already-resold", Reason: fmt.Sprintf("lease %s was resold already", r.id)})
+	if sold, _ := m.Store.SignedPremium("resale/sold/" + r.ID); sold != nil {
+		return refuse(&market.ResaleError{Label: "already-resold", Reason: fmt.Sprintf("lease %s was resold already", r.ID)})
 	}
 	if state != market.LeaseRunning {
-		return refuse(&market.ResaleError{Label: "ended", Reason: fmt.Sprintf("lease %s is %s", r.id, state)})
+		return refuse(&market.ResaleError{Label: "ended", Reason: fmt.Sprintf("lease %s is %s", r.ID, state)})
 	}
 	if len(fill) == 0 {
-		return api.OrderView{}, fmt.Errorf("node: lease %s has no stored signed terms to resell", r.id)
+		return api.OrderView{}, fmt.Errorf("node: lease %s has no stored signed terms to resell", r.ID)
 	}
 	if req.Currency != "" && req.Currency != terms.Currency {
-		return api.OrderView{}, api.BadRequest("lease %s is priced in %s, not %s", r.id, terms.Currency, req.Currency)
+		return api.OrderView{}, api.BadRequest("lease %s is priced in %s, not %s", r.ID, terms.Currency, req.Currency)
 	}
 	price, err := market.ParseMoney(req.Price, terms.Currency)
 	if err != nil {
 		return api.OrderView{}, api.BadRequest("price: %v", err)
 	}
-	expires := defaultOrderTTL
+	expires := DefaultOrderTTL
 	if req.Expires != "" {
 		if expires, err = time.ParseDuration(req.Expires); err != nil {
 			return api.OrderView{}, api.BadRequest("expires: %v", err)
@@ -200,7 +272,7 @@ func (n *Node) placeResale(ctx context.Context, req api.OrderRequest) (api.Order
 	}
 	end := market.LeaseEnd(terms)
 	rest := end.Sub(now).Truncate(time.Second)
-	if err := n.JoinMarket(ctx, terms.Market); err != nil {
+	if err := m.Node.JoinMarket(ctx, terms.Market); err != nil {
 		return api.OrderView{}, err
 	}
 	var nonce [8]byte
@@ -210,7 +282,7 @@ func (n *Node) placeResale(ctx context.Context, req api.OrderRequest) (api.Order
 		until = end
 	}
 	po := &proto.Order{
-		Maker: []byte(n.host.ID()), Side: proto.Side_SIDE_ASK, Market: terms.Market, Currency: terms.Currency,
+		Maker: []byte(m.Host.ID()), Side: proto.Side_SIDE_ASK, Market: terms.Market, Currency: terms.Currency,
 		Quantity: uint32(len(terms.Gpus)), PriceMicros: price.Micros, LeaseType: proto.LeaseType_LEASE_TYPE_RESERVED,
 		MinDurationS: 1, MaxDurationS: int64(rest / time.Second),
 		CreatedUnixMs: now.UnixMilli(), ExpiresUnixMs: until.UnixMilli(),
@@ -223,19 +295,19 @@ func (n *Node) placeResale(ctx context.Context, req api.OrderRequest) (api.Order
 	if err := o.Validate(now); err != nil {
 		return api.OrderView{}, api.BadRequest("%v", err)
 	}
-	if err := n.resaleFacts(ctx, o, po); err != nil {
+	if err := m.resaleFacts(ctx, o, po); err != nil {
 		if errors.Is(err, market.ErrResale) {
 			return refuse(err)
 		}
 		return api.OrderView{}, api.BadRequest("%v", err)
 	}
-	env, err := p2p.Seal(n.key, po, proto.MaxBookMessageSize)
+	env, err := p2p.Seal(m.Key, po, proto.MaxBookMessageSize)
 	if err != nil {
 		return api.OrderView{}, err
 	}
 	o.ID = proto.CIDOf(env).String()
 	var rerr error
-	err = n.books.With(o.Market, o.Currency, func(s *exchange.Replica) {
+	err = m.Books.With(o.Market, o.Currency, func(s *exchange.Replica) {
 		if _, merr := s.Book.Match(o, now); errors.Is(merr, market.ErrWouldCross) {
 			rerr = api.BadRequest("a resale ask only rests, and a bid at or above %s rests now: take it by placing the ask under it later, or cancel",
 				market.FormatMicros(o.Price, o.Currency))
@@ -249,33 +321,25 @@ func (n *Node) placeResale(ctx context.Context, req api.OrderRequest) (api.Order
 	if err != nil {
 		return api.OrderView{}, api.BadRequest("%v", err)
 	}
-	n.ownMu.Lock()
-	n.own[o.ID] = &ownOrder{order: *o, env: env, status: "resting", req: req}
-	n.ownMu.Unlock()
+	m.Node.AddOwn(o, env, req)
 	ev := &p2p.BookEvent{Kind: p2p.KindOrder, Order: o, OrderProto: po, Envelope: env}
-	if err := n.publishBook(ctx, o.Market, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}}, ev); err != nil {
-		n.log.Warn("publishing resale ask failed", "order", o.ID, "err", err)
+	if err := m.Node.PublishBook(ctx, o.Market, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}}, ev); err != nil {
+		m.Log.Warn("publishing resale ask failed", "order", o.ID, "err", err)
 	}
-	n.log.Info("resale ask placed", "order", o.ID, "lease", r.id, "price", market.FormatMicros(o.Price, o.Currency), "rest", rest)
-	return n.Order(ctx, o.ID)
+	m.Log.Info("resale ask placed", "order", o.ID, "lease", r.ID, "price", market.FormatMicros(o.Price, o.Currency), "rest", rest)
+	return m.Node.Order(ctx, o.ID)
 }
 
-// handleResaleTake is the holder's side of a take of its resale ask (see
+// HandleTake is the holder's side of a take of its resale ask (see
 // the steps above); ok is false when the take is not of one.
-func (n *Node) handleResaleTake(ctx context.Context, from peer.ID, take *proto.Take, takeEnv []byte, takeID string) (reply *proto.TradeReply, ok bool) {
-	n.ownMu.Lock()
-	oo := n.own[take.MakerOrderId]
-	var lease string
-	if oo != nil {
-		lease = oo.req.Resell
-	}
-	n.ownMu.Unlock()
+func (m *Manager) HandleTake(ctx context.Context, from peer.ID, take *proto.Take, takeEnv []byte, takeID string) (reply *proto.TradeReply, ok bool) {
+	lease := m.Node.ResaleOf(take.MakerOrderId)
 	if lease == "" {
 		return nil, false
 	}
 	reject := func(err error) (*proto.TradeReply, bool) {
-		n.resaleReject("resale-take", err)
-		env, serr := p2p.Seal(n.key, &proto.Reject{Maker: []byte(n.host.ID()), TakeId: takeID, Reason: err.Error()}, proto.MaxBookMessageSize)
+		m.refused("resale-take", err)
+		env, serr := p2p.Seal(m.Key, &proto.Reject{Maker: []byte(m.Host.ID()), TakeId: takeID, Reason: err.Error()}, proto.MaxBookMessageSize)
 		if serr != nil {
 			return nil, true
 		}
@@ -284,31 +348,31 @@ func (n *Node) handleResaleTake(ctx context.Context, from peer.ID, take *proto.T
 	rerr := func(label, format string, args ...any) error {
 		return &market.ResaleError{Label: label, Reason: fmt.Sprintf(format, args...)}
 	}
-	release, claimed := claimResale(n, lease)
+	release, claimed := m.claim(lease)
 	if !claimed {
 		return reject(rerr("busy", "lease %s is being handed over to another taker", lease))
 	}
 	defer release()
-	now := n.now()
-	r, err := n.leaseRun(lease)
+	now := m.Now()
+	r, err := m.Node.Lease(lease)
 	if err != nil {
 		return reject(rerr("not-holder", "%v", err))
 	}
-	terms := r.terms
-	if err := market.CheckResellable(terms, []byte(n.host.ID()), now); err != nil {
+	terms := r.Terms
+	if err := market.CheckResellable(terms, []byte(m.Host.ID()), now); err != nil {
 		return reject(err)
 	}
-	if sold, _ := n.store.SignedPremium("resale/sold/" + lease); sold != nil {
+	if sold, _ := m.Store.SignedPremium("resale/sold/" + lease); sold != nil {
 		return reject(rerr("already-resold", "lease %s was resold already", lease))
 	}
 	to, _, err := p2p.OpenOrder(take.TakerOrder, now)
 	if err != nil {
 		return reject(rerr("schema", "taker order: %v", err))
 	}
-	mine, remaining, open := n.books.Lookup(take.Market, take.Currency, take.MakerOrderId)
+	mine, remaining, open := m.Books.Lookup(take.Market, take.Currency, take.MakerOrderId)
 	rest := market.LeaseEnd(terms).Sub(now).Truncate(time.Second)
 	switch {
-	case !open || mine.Maker != n.host.ID().String():
+	case !open || mine.Maker != m.Host.ID().String():
 		return reject(rerr("closed", "resale ask %s is not open", take.MakerOrderId))
 	case to.Maker != from.String() || to.Side != market.Bid || to.Market != take.Market || to.Currency != take.Currency:
 		return reject(rerr("schema", "taker order does not belong to the take"))
@@ -338,14 +402,14 @@ func (n *Node) handleResaleTake(ctx context.Context, from peer.ID, take *proto.T
 		return reject(rerr("no-match", "the orders do not match (%v)", err))
 	}
 
-	h := &proto.Handover{LeaseId: lease, Holder: []byte(n.host.ID()), Buyer: []byte(from), Take: takeEnv,
+	h := &proto.Handover{LeaseId: lease, Holder: []byte(m.Host.ID()), Buyer: []byte(from), Take: takeEnv,
 		AskId: take.MakerOrderId, CreatedUnixMs: now.UnixMilli()}
-	hEnv, err := p2p.Seal(n.key, h, proto.MaxReceiptSize)
+	hEnv, err := p2p.Seal(m.Key, h, proto.MaxReceiptSize)
 	if err != nil {
 		return reject(rerr("schema", "%v", err))
 	}
-	hctx, cancel := context.WithTimeout(ctx, acceptWindow)
-	kind, body, err := p2p.SendReceiptMessage(hctx, n.host, r.peer, p2p.FrameHandover, hEnv)
+	hctx, cancel := context.WithTimeout(ctx, trade.AcceptWindow)
+	kind, body, err := p2p.SendReceiptMessage(hctx, m.Host, r.Peer, p2p.FrameHandover, hEnv)
 	cancel()
 	switch {
 	case err != nil:
@@ -358,43 +422,45 @@ func (n *Node) handleResaleTake(ctx context.Context, from peer.ID, take *proto.T
 	accEnv := body
 	nl, err := checkResaleAccept(terms, accEnv, takeEnv, []byte(from))
 	if err != nil {
-		n.log.Error("the provider's accept of a handover is wrong", "lease", lease, "err", err)
+		m.Log.Error("the provider's accept of a handover is wrong", "lease", lease, "err", err)
 		return reject(err)
 	}
 	at := time.UnixMilli(nl.StartUnixMs)
-	r.mu.Lock()
-	if r.ml.State == market.LeaseRunning {
-		n.endLocked(r, market.CloseResold, at, "resold to "+from.String()+" as lease "+nl.Id)
-	}
-	r.mu.Unlock()
-	r.poke()
-	n.runLease(r)
+	m.Node.EndResold(lease, at, "resold to "+from.String()+" as lease "+nl.Id)
 
-	p, err := market.NewPremium(terms, nl, mine.Price, n.now())
+	p, err := market.NewPremium(terms, nl, mine.Price, m.Now())
 	if err != nil {
 		return reject(err)
 	}
-	pEnv, err := p2p.Seal(n.key, p, proto.MaxReceiptSize)
+	pEnv, err := p2p.Seal(m.Key, p, proto.MaxReceiptSize)
 	if err != nil {
 		return reject(rerr("schema", "%v", err))
 	}
-	if err := n.store.PutSignedPremium("resale/sold/"+lease, &proto.SignedPremium{Premium: pEnv, Handover: hEnv, Accept: accEnv}); err != nil {
-		n.log.Error("storing a resale failed", "lease", lease, "err", err)
+	// The sale and the answer to the take are stored in one synced
+	// transaction: the same take again, after a restart too, gets this
+	// answer from the store (trade.Trader.StoredAnswer).
+	reply = &proto.TradeReply{Body: &proto.TradeReply_Resale{Resale: &proto.ResaleReply{Accept: accEnv, Handover: hEnv, Premium: pEnv}}}
+	raw, err := gproto.Marshal(reply)
+	if err == nil {
+		err = m.Store.PutResoldTake("resale/sold/"+lease, &proto.SignedPremium{Premium: pEnv, Handover: hEnv, Accept: accEnv}, takeID, raw)
+	}
+	if err != nil {
+		m.Log.Error("storing a resale failed", "lease", lease, "err", err)
 	}
 	f := market.Fill{ID: proto.CIDOf(accEnv).String(), Market: take.Market, Currency: take.Currency, BidID: to.ID,
-		AskID: take.MakerOrderId, Buyer: from.String(), Provider: n.host.ID().String(), Quantity: take.Quantity,
-		Price: mine.Price, LeaseType: market.Reserved, Time: n.now()}
-	n.ownFilled(f, nl)
-	n.spawn(func() { // the ask is sold: off the book
-		cctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
+		AskID: take.MakerOrderId, Buyer: from.String(), Provider: m.Host.ID().String(), Quantity: take.Quantity,
+		Price: mine.Price, LeaseType: market.Reserved, Time: m.Now()}
+	m.Node.OwnFilled(f, nl)
+	m.Node.Spawn(func() { // the ask is sold: off the book
+		cctx, cancel := context.WithTimeout(m.Node.Context(), 10*time.Second)
 		defer cancel()
-		if _, err := n.CancelOrder(cctx, take.MakerOrderId); err != nil {
-			n.log.Debug("withdrawing a sold resale ask", "order", take.MakerOrderId, "err", err)
+		if _, err := m.Node.CancelOrder(cctx, take.MakerOrderId); err != nil {
+			m.Log.Debug("withdrawing a sold resale ask", "order", take.MakerOrderId, "err", err)
 		}
 	})
-	n.log.Info("lease resold", "lease", lease, "to", shortID(from), "new", nl.Id, "at", at.Format(time.RFC3339Nano),
+	m.Log.Info("lease resold", "lease", lease, "to", shortID(from), "new", nl.Id, "at", at.Format(time.RFC3339Nano),
 		"premium", market.FormatMicros(p.PremiumMicros, p.Currency))
-	return &proto.TradeReply{Body: &proto.TradeReply_Resale{Resale: &proto.ResaleReply{Accept: accEnv, Handover: hEnv, Premium: pEnv}}}, true
+	return reply, true
 }
 
 // checkResaleAccept checks the provider's accept of a handover of the
@@ -417,18 +483,18 @@ func checkResaleAccept(terms *proto.Lease, accEnv, takeEnv, buyer []byte) (*prot
 	return acc.Lease, nil
 }
 
-// takeHandover is the provider's side of a handover: checked, stored with
+// TakeHandover is the provider's side of a handover: checked, stored with
 // the new lease's terms in one transaction, the old lease ended as resold
 // and the new one started; it returns the sealed accept.
-func (n *Node) takeHandover(from peer.ID, env []byte) ([]byte, error) {
-	acc, err := n.handover(from, env)
+func (m *Manager) TakeHandover(from peer.ID, env []byte) ([]byte, error) {
+	acc, err := m.handover(from, env)
 	if err != nil {
-		return nil, n.resaleReject("handover", err)
+		return nil, m.refused("handover", err)
 	}
 	return acc, nil
 }
 
-func (n *Node) handover(from peer.ID, env []byte) ([]byte, error) {
+func (m *Manager) handover(from peer.ID, env []byte) ([]byte, error) {
 	rerr := func(label, format string, args ...any) error {
 		return &market.ResaleError{Label: label, Reason: fmt.Sprintf(format, args...)}
 	}
@@ -439,12 +505,12 @@ func (n *Node) handover(from peer.ID, env []byte) ([]byte, error) {
 	if signer != from {
 		return nil, rerr("not-holder", "handover not signed by its sender")
 	}
-	r, err := n.leaseRun(h.LeaseId)
-	if err != nil || r.rec.Role != market.RoleProvider {
+	r, err := m.Node.Lease(h.LeaseId)
+	if err != nil || r.Role != market.RoleProvider {
 		return nil, rerr("unknown-lease", "no lease %q provided by this node", h.LeaseId)
 	}
-	now := n.now()
-	if err := market.CheckHandover(h, []byte(signer), r.terms, now); err != nil {
+	now := m.Now()
+	if err := market.CheckHandover(h, []byte(signer), r.Terms, now); err != nil {
 		return nil, err
 	}
 	take, taker, err := p2p.Open[*proto.Take](h.Take, proto.MaxBookMessageSize)
@@ -453,92 +519,89 @@ func (n *Node) handover(from peer.ID, env []byte) ([]byte, error) {
 		return nil, rerr("bad-take", "take: %v", err)
 	case !bytes.Equal([]byte(taker), h.Buyer) || !bytes.Equal(take.Taker, h.Buyer):
 		return nil, rerr("bad-take", "take not signed by the new buyer")
-	case take.MakerOrderId != h.AskId || take.Market != r.terms.Market || take.Currency != r.terms.Currency:
+	case take.MakerOrderId != h.AskId || take.Market != r.Terms.Market || take.Currency != r.Terms.Currency:
 		return nil, rerr("bad-take", "take is not of the holder's resale ask")
-	case int(take.Quantity) != len(r.terms.Gpus) || take.LeaseType != proto.LeaseType_LEASE_TYPE_RESERVED:
-		return nil, rerr("wrong-gpus", "take of %d GPUs of %v for a lease of %d reserved", take.Quantity, take.LeaseType, len(r.terms.Gpus))
+	case int(take.Quantity) != len(r.Terms.Gpus) || take.LeaseType != proto.LeaseType_LEASE_TYPE_RESERVED:
+		return nil, rerr("wrong-gpus", "take of %d GPUs of %v for a lease of %d reserved", take.Quantity, take.LeaseType, len(r.Terms.Gpus))
 	}
 	takeID := proto.CIDOf(h.Take).String()
-	if prev, err := n.store.HandoverOf(r.id); err == nil && prev != nil {
+	if prev, err := m.Store.HandoverOf(r.ID); err == nil && prev != nil {
 		if prevH, _, err := p2p.Open[*proto.Handover](prev.Handover, proto.MaxReceiptSize); err == nil && bytes.Equal(prevH.Take, h.Take) {
 			return prev.Accept, nil // the same handover again: the same answer
 		}
-		return nil, rerr("already-resold", "lease %s was handed over already", r.id)
+		return nil, rerr("already-resold", "lease %s was handed over already", r.ID)
 	}
 
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.ml.State != market.LeaseRunning {
-		return nil, rerr("ended", "lease %s is %s", r.id, r.ml.State)
-	}
-	at, err := market.HandoverAt(r.terms, max(r.ml.Chain.WindowEndUnixMs, r.ml.StartedAt.UnixMilli()), now)
+	var accEnv []byte
+	var nl *proto.Lease
+	closedAt, err := m.Node.HandOver(r.ID, func(billedTo time.Time) (time.Time, string, error) {
+		at, err := market.HandoverAt(r.Terms, billedTo.UnixMilli(), now)
+		if err != nil {
+			return time.Time{}, "", err
+		}
+		nl = market.ResoldTerms(r.Terms, h.Buyer, takeID, at)
+		acc := &proto.Accept{Maker: []byte(m.Host.ID()), TakeId: takeID, Lease: nl, CreatedUnixMs: now.UnixMilli()}
+		if accEnv, err = p2p.Seal(m.Key, acc, proto.MaxBookMessageSize); err != nil {
+			return time.Time{}, "", err
+		}
+		if err := m.putHandover(r.ID, nl, &proto.ResaleReply{Handover: env, Accept: accEnv}); err != nil {
+			return time.Time{}, "", err
+		}
+		if err := m.Store.ReserveGPUs(nl.Gpus, nl.Id, market.LeaseEnd(r.Terms), r.ID); err != nil {
+			m.Store.DropHandover(r.ID, nl.Id)
+			return time.Time{}, "", rerr("gpus", "moving the GPUs to the new lease: %v", err)
+		}
+		return at, "resold by the buyer to " + peer.ID(h.Buyer).String() + " as lease " + nl.Id, nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	nl := market.ResoldTerms(r.terms, h.Buyer, takeID, at)
-	acc := &proto.Accept{Maker: []byte(n.host.ID()), TakeId: takeID, Lease: nl, CreatedUnixMs: now.UnixMilli()}
-	accEnv, err := p2p.Seal(n.key, acc, proto.MaxBookMessageSize)
-	if err != nil {
-		return nil, err
-	}
-	if err := n.putHandover(r.id, nl, &proto.ResaleReply{Handover: env, Accept: accEnv}); err != nil {
-		return nil, err
-	}
-	end := market.LeaseEnd(r.terms)
-	if err := n.store.ReserveGPUs(nl.Gpus, nl.Id, end, r.id); err != nil {
-		n.store.DropHandover(r.id, nl.Id)
-		return nil, rerr("gpus", "moving the GPUs to the new lease: %v", err)
-	}
-	n.endLocked(r, market.CloseResold, at, "resold by the buyer to "+peer.ID(h.Buyer).String()+" as lease "+nl.Id)
-	closedAt := r.ml.ClosedAt
-	n.log.Info("lease handed over", "lease", r.id, "to", shortID(peer.ID(h.Buyer)), "new", nl.Id, "at", at.Format(time.RFC3339Nano))
+	m.Log.Info("lease handed over", "lease", r.ID, "to", shortID(peer.ID(h.Buyer)), "new", nl.Id, "at", closedAt.Format(time.RFC3339Nano))
 
 	ev := &p2p.BookEvent{Kind: p2p.KindFill, Lease: nl, Take: take, Raw: &proto.Fill{Take: h.Take, Accept: accEnv},
 		Fill: &market.Fill{ID: proto.CIDOf(accEnv).String(), Market: nl.Market, Currency: nl.Currency, AskID: h.AskId,
-			Buyer: peer.ID(h.Buyer).String(), Provider: n.host.ID().String(), Quantity: take.Quantity, Price: nl.PriceMicros,
+			Buyer: peer.ID(h.Buyer).String(), Provider: m.Host.ID().String(), Quantity: take.Quantity, Price: nl.PriceMicros,
 			LeaseType: market.Reserved, Time: now}}
-	n.spawn(func() {
-		n.leaseFromFill(ev)
-		r.poke()
-		n.runLease(r)
+	m.Node.Spawn(func() {
+		m.Node.StartLease(ev)
 		// The holder ends its side on the accept; the notice is for a
 		// holder that did not get it.
-		n.sendClose(r, market.CloseResold, closedAt)
+		m.Node.ResoldClosed(r.ID, closedAt)
 	})
 	return accEnv, nil
 }
 
-// takeResale is the new buyer's side: the holder's reply to its take of a
+// TakeResale is the new buyer's side: the holder's reply to its take of a
 // resale ask m checked (the accept is the lease's provider's, for the rest
 // of the lease's block at its price; the handover names this take; the
 // premium is right), the premium countersigned and stored, the new lease
 // started. It returns the GPUs bought.
-func (n *Node) takeResale(o *market.Order, m market.Match, takeEnv, askEnv []byte, rep *proto.ResaleReply) (uint32, error) {
-	q, err := n.checkResale(o, m, takeEnv, askEnv, rep)
+func (m *Manager) TakeResale(o *market.Order, mt market.Match, takeEnv, askEnv []byte, rep *proto.ResaleReply) (uint32, error) {
+	q, err := m.checkResale(o, mt, takeEnv, askEnv, rep)
 	if err != nil {
-		return 0, n.resaleReject("resale-reply", err)
+		return 0, m.refused("resale-reply", err)
 	}
 	return q, nil
 }
 
-func (n *Node) checkResale(o *market.Order, m market.Match, takeEnv, askEnv []byte, rep *proto.ResaleReply) (uint32, error) {
+func (m *Manager) checkResale(o *market.Order, mt market.Match, takeEnv, askEnv []byte, rep *proto.ResaleReply) (uint32, error) {
 	rerr := func(label, format string, args ...any) error {
 		return &market.ResaleError{Label: label, Reason: fmt.Sprintf(format, args...)}
 	}
-	now := n.now()
-	me := []byte(n.host.ID())
+	now := m.Now()
+	me := []byte(m.Host.ID())
 	if askEnv == nil {
-		return 0, rerr("closed", "resale ask %s was not on the book when taken", m.OrderID)
+		return 0, rerr("closed", "resale ask %s was not on the book when taken", mt.OrderID)
 	}
 	_, po, err := p2p.OpenOrder(askEnv, now)
 	if err != nil {
 		return 0, rerr("schema", "resale ask: %v", err)
 	}
-	terms, err := resoldLeaseTerms(po.Resell, now)
+	terms, err := ResoldLeaseTerms(po.Resell, now)
 	if err != nil {
 		return 0, err
 	}
-	holder, err := peer.Decode(m.Maker)
+	holder, err := peer.Decode(mt.Maker)
 	if err != nil || !bytes.Equal(terms.Buyer, []byte(holder)) {
 		return 0, rerr("not-holder", "the resale ask's maker does not hold the lease")
 	}
@@ -550,74 +613,74 @@ func (n *Node) checkResale(o *market.Order, m market.Match, takeEnv, askEnv []by
 	if err != nil {
 		return 0, rerr("bad-envelope", "handover: %v", err)
 	}
-	if hs != holder || !bytes.Equal(h.Take, takeEnv) || !bytes.Equal(h.Buyer, me) || h.LeaseId != terms.Id || h.AskId != m.OrderID {
+	if hs != holder || !bytes.Equal(h.Take, takeEnv) || !bytes.Equal(h.Buyer, me) || h.LeaseId != terms.Id || h.AskId != mt.OrderID {
 		return 0, rerr("bad-handover", "the handover is not of this take by the lease's holder")
 	}
 	p, ps, err := p2p.Open[*proto.Premium](rep.GetPremium(), proto.MaxReceiptSize)
 	if err != nil {
 		return 0, rerr("bad-envelope", "premium: %v", err)
 	}
-	if err := market.CheckPremium(p, []byte(ps), terms, nl, m.Price, now); err != nil {
+	if err := market.CheckPremium(p, []byte(ps), terms, nl, mt.Price, now); err != nil {
 		return 0, err
 	}
 	cs := &proto.PremiumCountersign{LeaseId: terms.Id, PremiumHash: proto.ReceiptHash(rep.Premium), Buyer: me, CreatedUnixMs: now.UnixMilli()}
-	csEnv, err := p2p.Seal(n.key, cs, proto.MaxReceiptSize)
+	csEnv, err := p2p.Seal(m.Key, cs, proto.MaxReceiptSize)
 	if err != nil {
 		return 0, err
 	}
 	sp := &proto.SignedPremium{Premium: rep.Premium, Countersign: csEnv, Handover: rep.Handover, Accept: rep.Accept}
-	if err := n.store.PutSignedPremium("resale/bought/"+nl.Id, sp); err != nil {
+	if err := m.Store.PutSignedPremium("resale/bought/"+nl.Id, sp); err != nil {
 		return 0, err
 	}
-	if err := n.store.PutLease(nl); err != nil {
+	if err := m.Store.PutLease(nl); err != nil {
 		return 0, err
 	}
 	take, _, _ := p2p.Open[*proto.Take](takeEnv, proto.MaxBookMessageSize)
-	f := market.Fill{ID: proto.CIDOf(rep.Accept).String(), Market: nl.Market, Currency: nl.Currency, BidID: o.ID, AskID: m.OrderID,
-		Buyer: n.host.ID().String(), Provider: holder.String(), Quantity: uint32(len(nl.Gpus)), Price: m.Price,
+	f := market.Fill{ID: proto.CIDOf(rep.Accept).String(), Market: nl.Market, Currency: nl.Currency, BidID: o.ID, AskID: mt.OrderID,
+		Buyer: m.Host.ID().String(), Provider: holder.String(), Quantity: uint32(len(nl.Gpus)), Price: mt.Price,
 		LeaseType: market.Reserved, Time: now}
-	n.leaseFromFill(&p2p.BookEvent{Kind: p2p.KindFill, Lease: nl, Take: take, Raw: &proto.Fill{Take: takeEnv, Accept: rep.Accept}, Fill: &f})
-	n.ownFilled(f, nl)
-	n.spawn(func() {
-		n.sendPremiumCountersign(holder, csEnv)
+	m.Node.StartLease(&p2p.BookEvent{Kind: p2p.KindFill, Lease: nl, Take: take, Raw: &proto.Fill{Take: takeEnv, Accept: rep.Accept}, Fill: &f})
+	m.Node.OwnFilled(f, nl)
+	m.Node.Spawn(func() {
+		m.sendPremiumCountersign(holder, csEnv)
 	})
-	n.log.Info("lease bought by resale", "lease", nl.Id, "from", shortID(holder), "of", terms.Id,
+	m.Log.Info("lease bought by resale", "lease", nl.Id, "from", shortID(holder), "of", terms.Id,
 		"premium", market.FormatMicros(p.PremiumMicros, p.Currency))
 	return uint32(len(nl.Gpus)), nil
 }
 
 // sendPremiumCountersign gives the holder the countersigned premium,
 // retrying for a while.
-func (n *Node) sendPremiumCountersign(holder peer.ID, env []byte) {
+func (m *Manager) sendPremiumCountersign(holder peer.ID, env []byte) {
 	for backoff, tries := 250*time.Millisecond, 0; tries < 12; backoff, tries = min(2*backoff, 5*time.Second), tries+1 {
-		ctx, cancel := context.WithTimeout(n.ctx, p2p.ReceiptTimeout)
-		kind, body, err := p2p.SendReceiptMessage(ctx, n.host, holder, p2p.FramePremium, env)
+		ctx, cancel := context.WithTimeout(m.Node.Context(), p2p.ReceiptTimeout)
+		kind, body, err := p2p.SendReceiptMessage(ctx, m.Host, holder, p2p.FramePremium, env)
 		cancel()
 		if err == nil && kind == p2p.FrameOK {
 			return
 		}
 		if err == nil && kind == p2p.FrameRefuse {
-			n.log.Warn("premium countersignature refused", "holder", shortID(holder), "answer", string(body))
+			m.Log.Warn("premium countersignature refused", "holder", shortID(holder), "answer", string(body))
 			return
 		}
 		select {
-		case <-n.ctx.Done():
+		case <-m.Node.Context().Done():
 			return
 		case <-time.After(backoff):
 		}
 	}
 }
 
-// takePremiumCountersign is the holder's side: the new buyer's
+// TakePremiumCountersign is the holder's side: the new buyer's
 // countersignature of the premium it signed, stored beside it.
-func (n *Node) takePremiumCountersign(from peer.ID, env []byte) error {
+func (m *Manager) TakePremiumCountersign(from peer.ID, env []byte) error {
 	err := func() error {
 		cs, signer, err := p2p.Open[*proto.PremiumCountersign](env, proto.MaxReceiptSize)
 		if err != nil {
 			return &market.ResaleError{Label: "bad-envelope", Reason: err.Error()}
 		}
 		key := "resale/sold/" + cs.LeaseId
-		sp, err := n.store.SignedPremium(key)
+		sp, err := m.Store.SignedPremium(key)
 		if err != nil || sp == nil {
 			return &market.ResaleError{Label: "unknown-lease", Reason: fmt.Sprintf("no resale of lease %q by this node", cs.LeaseId)}
 		}
@@ -633,18 +696,18 @@ func (n *Node) takePremiumCountersign(from peer.ID, env []byte) error {
 			return nil // already taken
 		}
 		sp.Countersign = env
-		return n.store.PutSignedPremium(key, sp)
+		return m.Store.PutSignedPremium(key, sp)
 	}()
 	if err != nil {
-		return n.resaleReject("premium", err)
+		return m.refused("premium", err)
 	}
 	return nil
 }
 
-// resaleView is lease id's resale as this node knows it, or nil.
-func (n *Node) resaleView(id string) *api.ResaleView {
+// View is lease id's resale as this node knows it, or nil.
+func (m *Manager) View(id string) *api.ResaleView {
 	for _, k := range []struct{ key, role string }{{"resale/sold/" + id, "seller"}, {"resale/bought/" + id, "buyer"}} {
-		sp, err := n.store.SignedPremium(k.key)
+		sp, err := m.Store.SignedPremium(k.key)
 		if err != nil || sp == nil {
 			continue
 		}
@@ -659,7 +722,7 @@ func (n *Node) resaleView(id string) *api.ResaleView {
 			ResalePrice: market.FormatMicros(p.ResalePriceMicros, p.Currency), Premium: market.FormatMicros(p.PremiumMicros, p.Currency),
 			PremiumMicros: p.PremiumMicros, Currency: p.Currency, Countersigned: len(sp.Countersign) > 0, Record: rec}
 	}
-	if rep, err := n.store.HandoverOf(id); err == nil && rep != nil {
+	if rep, err := m.Store.HandoverOf(id); err == nil && rep != nil {
 		h, _, err1 := p2p.Open[*proto.Handover](rep.Handover, proto.MaxReceiptSize)
 		acc, _, err2 := p2p.Open[*proto.Accept](rep.Accept, proto.MaxBookMessageSize)
 		if err1 == nil && err2 == nil && acc.Lease != nil {
@@ -674,17 +737,10 @@ func (n *Node) resaleView(id string) *api.ResaleView {
 
 // putHandover stores a handover once per lease (see store.PutHandover): a
 // second is refused as already resold.
-func (n *Node) putHandover(lease string, nl *proto.Lease, rep *proto.ResaleReply) error {
-	err := n.store.PutHandover(lease, nl, rep)
+func (m *Manager) putHandover(lease string, nl *proto.Lease, rep *proto.ResaleReply) error {
+	err := m.Store.PutHandover(lease, nl, rep)
 	if errors.Is(err, store.ErrHandedOver) {
 		return &market.ResaleError{Label: "already-resold", Reason: fmt.Sprintf("lease %s was handed over already", lease)}
 	}
 	return err
-}
-
-// bookEnv is the signed order id as this node's book holds it, or nil.
-func (n *Node) bookEnv(mkt, cur, id string) []byte {
-	var env []byte
-	n.books.With(mkt, cur, func(s *exchange.Replica) { env = s.Envelope(id) })
-	return env
 }

@@ -1,4 +1,4 @@
-package node
+package resale
 
 import (
 	"crypto/rand"
@@ -59,13 +59,13 @@ func resaleFillSeeds(t testing.TB) [][]byte {
 func TestResoldLeaseTerms(t *testing.T) {
 	seeds := resaleFillSeeds(t)
 	for i, want := range []string{"", "", "bad-provider"} {
-		l, err := resoldLeaseTerms(seeds[i], time.Now())
+		l, err := ResoldLeaseTerms(seeds[i], time.Now())
 		if got := market.ResaleReason(err); (err == nil) != (want == "") || (err != nil && got != want) {
-			t.Errorf("resoldLeaseTerms(seed %d) = %v, %v; want %q", i, l, err, want)
+			t.Errorf("ResoldLeaseTerms(seed %d) = %v, %v; want %q", i, l, err, want)
 		}
 	}
-	if _, err := resoldLeaseTerms([]byte{0xff, 0x01}, time.Now()); market.ResaleReason(err) != "schema" {
-		t.Errorf("resoldLeaseTerms(garbage) = %v, want schema", err)
+	if _, err := ResoldLeaseTerms([]byte{0xff, 0x01}, time.Now()); market.ResaleReason(err) != "schema" {
+		t.Errorf("ResoldLeaseTerms(garbage) = %v, want schema", err)
 	}
 }
 
@@ -77,7 +77,7 @@ func FuzzResoldLeaseTerms(f *testing.F) {
 	}
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		l, err := resoldLeaseTerms(b, time.Now())
+		l, err := ResoldLeaseTerms(b, time.Now())
 		if err != nil {
 			return
 		}

@@ -1,6 +1,7 @@
-package node
+package trade
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -9,12 +10,12 @@ import (
 	"github.com/suanli/suanli/node/internal/exchange"
 )
 
-// passedOver explains o's untaken crossing orders in this node's replica;
-// left is how much of o is still wanted.
-func (n *Node) passedOver(o market.Order, left uint32) []api.PassView {
+// PassedOver explains o's untaken crossing orders in the replica of books
+// at now; left is how much of o is still wanted.
+func PassedOver(books *exchange.Books, o market.Order, left uint32, now time.Time) []api.PassView {
 	o.Quantity = max(left, 1)
 	var ps []market.PassedOver
-	n.books.With(o.Market, o.Currency, func(s *exchange.Replica) { ps = s.Book.Explain(&o, n.now()) })
+	books.With(o.Market, o.Currency, func(s *exchange.Replica) { ps = s.Book.Explain(&o, now) })
 	var out []api.PassView
 	for _, p := range ps {
 		out = append(out, api.PassView{Reason: p.Reason, Orders: p.Orders, GPUs: p.GPUs, Detail: passDetail(o, p)})
@@ -38,7 +39,7 @@ func passDetail(o market.Order, p market.PassedOver) string {
 	case market.PassVRAM:
 		return fmt.Sprintf("the ask's GPUs have %d GiB; the bid wants at least %d GiB", ask.Facts.MemoryBytes>>30, bid.Constraints.MinMemoryBytes>>30)
 	case market.PassAttestation:
-		return fmt.Sprintf("the ask is %s; the bid wants %s", cmpOr(ask.Facts.Attestation, "unattested"), bid.Constraints.MinAttestation)
+		return fmt.Sprintf("the ask is %s; the bid wants %s", cmp.Or(ask.Facts.Attestation, "unattested"), bid.Constraints.MinAttestation)
 	case market.PassRegion:
 		return fmt.Sprintf("the ask is in %s; the bid wants %v", ask.Facts.Region, bid.Constraints.Regions)
 	case market.PassStart:
