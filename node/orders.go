@@ -402,7 +402,7 @@ func (n *Node) CancelOrder(ctx context.Context, id string) (_ api.OrderView, err
 
 // requeue puts a preempted spot bid that asked for it back on the book
 // for what was left of its lease.
-func (n *Node) requeue(bidID string, left time.Duration) {
+func (n *Node) requeue(bidID string, gpus int, left time.Duration) {
 	n.ownMu.Lock()
 	oo := n.own[bidID]
 	var req api.OrderRequest
@@ -416,6 +416,11 @@ func (n *Node) requeue(bidID string, left time.Duration) {
 		return
 	}
 	req.Duration, req.ClientKey, req.IOC = left.String(), "", false
+	if gpus > 0 && uint32(gpus) < req.Count {
+		// The bid lost this lease's GPUs, not all it asked for: the
+		// rest of it still runs elsewhere, or never filled.
+		req.Count = uint32(gpus)
+	}
 	n.spawn(func() {
 		ctx, cancel := context.WithTimeout(n.ctx, time.Minute)
 		defer cancel()

@@ -53,10 +53,13 @@ func TestSpotPreemption(t *testing.T) {
 		})
 		return o.Fills[0].Lease
 	}
-	ask(8, "2.00", "spot")
+	// The spot bid wants 8 GPUs and gets the 6 on sale; the on-demand
+	// trade needs 4: the 2 free ones and 2 of the spot lease's, whose
+	// bid re-queues for the 6 GPUs it lost.
+	ask(6, "2.00", "spot")
 	spot := bid(spotBuyer, 8, "2.10", "spot", "60s", true)
-	ask(2, "2.40", "on-demand")
-	od := bid(odBuyer, 2, "2.50", "on-demand", "5s", false)
+	ask(4, "2.40", "on-demand")
+	od := bid(odBuyer, 4, "2.50", "on-demand", "5s", false)
 	tradedAt := time.Now()
 
 	var sv api.LeaseView
@@ -110,18 +113,19 @@ func TestSpotPreemption(t *testing.T) {
 		return rp[len(rp)-1].WindowEnd.Equal(*pv.ClosedAt), sprint(rp[len(rp)-1].WindowEnd, pv.ClosedAt)
 	})
 	ov = waitLeaseClosed(t, ctx, provider, od)
-	if ov.Reason != "completed" || len(ov.GPUs) != 2 {
-		t.Errorf("on-demand lease = %+v, want it completed on 2 GPUs", ov)
+	if ov.Reason != "completed" || len(ov.GPUs) != 4 {
+		t.Errorf("on-demand lease = %+v, want it completed on 4 GPUs", ov)
 	}
-	waitFor(t, ctx, "the spot bid re-queued for the rest of its duration", func() (bool, string) {
+	waitFor(t, ctx, "the spot bid re-queued for the rest of its duration, for the 6 GPUs it lost", func() (bool, string) {
 		os, err := spotBuyer.Orders(ctx)
-		bids := 0
+		bids, requeued := 0, false
 		for _, o := range os {
 			if o.Side == "bid" {
 				bids++
+				requeued = requeued || o.Count == 6 // the first asked for 8
 			}
 		}
-		return err == nil && bids == 2, sprint(os, err)
+		return err == nil && bids == 2 && requeued, sprint(os, err)
 	})
 	if !strings.Contains(pv.Note, od) {
 		t.Errorf("provider's note %q does not name the lease it was preempted for", pv.Note)

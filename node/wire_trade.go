@@ -148,7 +148,9 @@ func (w tradeNode) MarkPreempted(id string, at time.Time, note string) (trade.Pr
 	}
 	return l, true
 }
-func (w tradeNode) Requeue(bidID string, left time.Duration) { w.n.requeue(bidID, left) }
+func (w tradeNode) Requeue(bidID string, gpus int, left time.Duration) {
+	w.n.requeue(bidID, gpus, left)
+}
 
 // takePreemption is the buyer's side of a notice (trade.Trader.TakePreemption).
 func (n *Node) takePreemption(from peer.ID, env []byte) error {

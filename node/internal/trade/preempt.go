@@ -121,6 +121,6 @@ func (t *Trader) TakePreemption(from peer.ID, env []byte) error {
 	}
 	t.Log.Info("lease preemption notice", "lease", p.LeaseId, "ends", at.Format(time.RFC3339Nano))
 	l.Poke()
-	t.Node.Requeue(l.BidID, market.LeaseEnd(terms).Sub(at))
+	t.Node.Requeue(l.BidID, len(terms.Gpus), market.LeaseEnd(terms).Sub(at))
 	return nil
 }

@@ -92,8 +92,9 @@ type Node interface {
 	// otherwise.
 	MarkPreempted(id string, at time.Time, note string) (l Preempted, ok bool)
 	// Requeue puts a preempted bid that asked for it back on the book for
-	// left, what was left of its lease.
-	Requeue(bidID string, left time.Duration)
+	// left, what was left of its lease, for gpus, the GPUs that lease
+	// held (never more than the bid asked for).
+	Requeue(bidID string, gpus int, left time.Duration)
 	// ResaleTake answers a take of a resale ask; ok is false when the
 	// take is not of one. TakeResale is the taker's side of the reply.
 	ResaleTake(ctx context.Context, from peer.ID, take *proto.Take, takeEnv []byte, takeID string) (reply *proto.TradeReply, ok bool)
