@@ -115,3 +115,91 @@ func TestSlurmProviderSells(t *testing.T) {
 		})
 	}
 }
+
+// TestSlurmReservedBlock: a reserved block traded ahead on a Slurm
+// provider becomes a Slurm reservation of the block's GPUs (a whole node
+// here) at the trade, so the cluster's own users cannot take them before
+// it starts; the lease's job runs in it at the block's start, and the
+// lease completes with countersigned receipts.
+func TestSlurmReservedBlock(t *testing.T) {
+	s := slurmtest.Cluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	net, err := devnet.Start(ctx, devnet.Config{Providers: 1, Buyers: 1, Dir: t.TempDir(), Logger: quiet,
+		Slurm: &node.SlurmConfig{Slurm: s, Markets: map[string]string{"h100": h100}, SpotPartition: "spot", WorkRoot: t.TempDir()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { net.Close() })
+	if err := net.WaitPublished(ctx); err != nil {
+		t.Fatal(err)
+	}
+	provider, buyer := net.Providers[0], net.Buyers[0]
+	perNode := map[string]int{}
+	for _, g := range provider.Published().Gpus {
+		perNode[g.Node]++
+	}
+	count := 0
+	for _, c := range perNode {
+		count = c // the test cluster's nodes are alike
+	}
+	if _, err := provider.PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: h100, Count: uint32(count), LeaseType: "reserved", MinDuration: "1s", MaxDuration: "1h"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the buyer to see the reserved ask", func() (bool, string) {
+		b, err := buyer.Book(ctx, h100, "USD")
+		return err == nil && len(b.Asks) == 1, sprint(b, err)
+	})
+	o, err := buyer.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: uint32(count), Price: "3.00", LeaseType: "reserved",
+		Start: "+10s", Duration: "8s", IOC: true, Exec: []string{"sh", "-c", "echo in the block; exec sleep 300"}})
+	if err != nil || len(o.Fills) != 1 {
+		t.Fatalf("block bid = %+v, %v; want it filled", o, err)
+	}
+	id := o.Fills[0].Lease
+	lv, err := buyer.Lease(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resv *gpu.SlurmReservation
+	rs, err := s.Reservations(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range rs {
+		if strings.HasPrefix(r.Name, "suanli-"+id) {
+			resv = &rs[i]
+		}
+	}
+	if resv == nil || resv.NodeCount != 1 || !resv.Start.Equal(lv.Start.Truncate(time.Second)) && resv.Start.Sub(lv.Start).Abs() > time.Second {
+		t.Fatalf("reservations %+v after the trade of block %s–%s: want one of a whole node from the block's start", rs, lv.Start, lv.End)
+	}
+	t.Cleanup(func() {
+		if j := slurmJob(t, s, id); j != nil && j.State == "RUNNING" {
+			s.Run(context.Background(), nil, "scancel", "--signal=KILL", "--full", j.ID)
+		}
+	})
+	var job *gpu.SlurmJob
+	waitFor(t, ctx, "the lease's job to run in its reservation", func() (bool, string) {
+		job = slurmJob(t, s, id)
+		return job != nil && job.State == "RUNNING" && job.Reservation == resv.Name, sprint(job, nil)
+	})
+	if time.Now().Before(lv.Start) {
+		t.Errorf("the job ran before the block's start %s", lv.Start)
+	}
+	pv := waitLeaseClosed(t, ctx, provider, id)
+	if pv.Reason != "completed" {
+		t.Errorf("provider closed the block %q, want completed", pv.Reason)
+	}
+	waitFor(t, ctx, "countersigned receipts on the provider", func() (bool, string) {
+		rs, err := provider.Receipts(ctx, id)
+		if err != nil || len(rs) == 0 {
+			return false, sprint(rs, err)
+		}
+		for _, r := range rs {
+			if r.BuyerSignature != "valid" {
+				return false, sprint(r, nil)
+			}
+		}
+		return true, ""
+	})
+}

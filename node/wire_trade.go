@@ -148,6 +148,12 @@ func (w tradeNode) MarkPreempted(id string, at time.Time, note string) (trade.Pr
 	}
 	return l, true
 }
+func (w tradeNode) HoldBlock(ctx context.Context, lease string, gpus []string, start, end time.Time) error {
+	return w.n.leases.HoldBlock(ctx, lease, gpus, start, end)
+}
+func (w tradeNode) ReleaseBlock(ctx context.Context, lease string) {
+	w.n.leases.ReleaseBlock(ctx, lease)
+}
 func (w tradeNode) Requeue(bidID string, gpus int, left time.Duration) {
 	w.n.requeue(bidID, gpus, left)
 }

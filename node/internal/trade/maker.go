@@ -277,6 +277,17 @@ func (t *Trader) reserveTake(take *proto.Take, takeID string, to *market.Order, 
 	if err := hold(); err != nil {
 		return refuse("reserving GPUs: " + err.Error())
 	}
+	if start := time.UnixMilli(lease.StartUnixMs); start.After(now) && len(victims) == 0 {
+		// A block ahead: where a cluster's scheduler places the leases,
+		// it holds the GPUs too, or the cluster's own users take them.
+		ctx, cancel := context.WithTimeout(t.Node.Context(), 30*time.Second)
+		err := t.Node.HoldBlock(ctx, lease.Id, lease.Gpus, start, market.LeaseEnd(lease))
+		cancel()
+		if err != nil {
+			t.unreserve(lease.Gpus, takeID, victims)
+			return refuse("the cluster's scheduler cannot hold the block: " + err.Error())
+		}
+	}
 	return lease, victims, ""
 }
 
@@ -406,6 +417,9 @@ func victimIDs(vs []market.Preemptible) []string {
 // unreserve undoes a trade's GPU reservation after it failed: its GPUs
 // go back to the victims it would have preempted, or come free.
 func (t *Trader) unreserve(gpus []string, lease string, victims []market.Preemptible) {
+	ctx, cancel := context.WithTimeout(t.Node.Context(), 30*time.Second)
+	t.Node.ReleaseBlock(ctx, lease)
+	cancel()
 	if err := t.Store.ReleaseGPUs(gpus, lease); err != nil {
 		t.Node.StoreFailed("GPU release", err, lease) // the hold lapses by itself
 	}

@@ -91,6 +91,11 @@ type Node interface {
 	// before, that it is preempted, ending at at, with note; ok is false
 	// otherwise.
 	MarkPreempted(id string, at time.Time, note string) (l Preempted, ok bool)
+	// HoldBlock holds a reserved block's GPUs from start to end where a
+	// cluster's scheduler can (a Slurm reservation); an error refuses
+	// the trade. ReleaseBlock gives the hold back when the trade fails.
+	HoldBlock(ctx context.Context, lease string, gpus []string, start, end time.Time) error
+	ReleaseBlock(ctx context.Context, lease string)
 	// Requeue puts a preempted bid that asked for it back on the book for
 	// left, what was left of its lease, for gpus, the GPUs that lease
 	// held (never more than the bid asked for).
