@@ -95,6 +95,7 @@ type paymentKey struct {
 
 type ledgerLease struct {
 	id, provider, buyer, currency string
+	premium                       bool // a resale's premium, not a lease's receipts
 	price, startMs                int64
 	peer                          string
 	role                          Role
@@ -188,6 +189,58 @@ func (l *Ledger) newLease(terms *proto.Lease) (*ledgerLease, error) {
 		return nil, fmt.Errorf("%w: lease %q", ErrLedgerParty, terms.Id)
 	}
 	return ll, nil
+}
+
+// AddPremium records a resale's premium, p, whose sealed envelope hashes
+// to premiumHash, as countersigned by its new buyer in c: what the new
+// buyer owes the holder that resold it the lease (or, for a resale below
+// the lease's price, what the holder owes the buyer). It is settled
+// between the two as a lease's receipts are, by payment
+// acknowledgements, and shows in the statement as an entry of its own
+// (LeaseStatement.Premium). The caller has checked the envelopes' signers
+// (the holder's premium, the buyer's countersignature). Idempotent by
+// the new lease.
+func (l *Ledger) AddPremium(p *proto.Premium, premiumHash []byte, c *proto.PremiumCountersign) (added bool, err error) {
+	switch {
+	case p == nil || c == nil:
+		return false, fmt.Errorf("%w: premium or countersignature missing", ErrLedgerConflict)
+	case c.LeaseId != p.LeaseId || !bytes.Equal(c.PremiumHash, premiumHash) || !bytes.Equal(c.Buyer, p.Buyer):
+		return false, fmt.Errorf("%w: countersignature of another premium", ErrLedgerConflict)
+	case len(p.Holder) == 0 || len(p.Buyer) == 0 || bytes.Equal(p.Holder, p.Buyer) || p.NewLeaseId == "":
+		return false, fmt.Errorf("%w: premium parties", ErrLedgerConflict)
+	case p.PremiumMicros < -MaxLedgerMicros || p.PremiumMicros > MaxLedgerMicros:
+		return false, fmt.Errorf("%w: premium of %d micros", ErrLedgerOverflow, p.PremiumMicros)
+	}
+	if _, err := LookupCurrency(p.Currency); err != nil {
+		return false, fmt.Errorf("%w: %v", ErrLedgerConflict, err)
+	}
+	key := "premium/" + p.NewLeaseId
+	if ll := l.leases[key]; ll != nil {
+		return false, nil
+	}
+	// Who is owed: the holder for a premium, the buyer for a discount.
+	payee, payer, amount := string(p.Holder), string(p.Buyer), p.PremiumMicros
+	if amount < 0 {
+		payee, payer, amount = payer, payee, -amount
+	}
+	ll := &ledgerLease{id: p.NewLeaseId, provider: payee, buyer: payer, currency: p.Currency, startMs: p.FromUnixMs, premium: true}
+	switch l.self {
+	case payee:
+		ll.peer, ll.role = payer, RoleProvider
+	case payer:
+		ll.peer, ll.role = payee, RoleBuyer
+	default:
+		return false, fmt.Errorf("%w: premium of lease %q", ErrLedgerParty, p.NewLeaseId)
+	}
+	if amount > 0 {
+		if err := l.add(ll.peer, ll.currency, ll.role, false, amount); err != nil {
+			return false, err
+		}
+	}
+	ll.seq, ll.cumulative = 1, amount
+	l.leases[key] = ll
+	l.account(ll.peer).leases = append(l.account(ll.peer).leases, ll)
+	return true, nil
 }
 
 // AddPayment records the provider's acknowledgement that the buyer paid it.
@@ -349,6 +402,10 @@ type LeaseStatement struct {
 	GPUMillis uint64
 	// Countersigned is its cumulative amount: what the lease costs so far.
 	Countersigned int64
+	// Premium marks a resale's premium rather than a lease: LeaseID is
+	// the lease the buyer bought by resale, Role the node's side of the
+	// premium (provider: the node is owed it), Countersigned its amount.
+	Premium bool
 	// Paid is the part of the payments in the lease's direction and
 	// currency applied to it, oldest lease first; Owed is the rest.
 	Paid, Owed int64
@@ -400,7 +457,7 @@ func (l *Ledger) Statement(peer string) Statement {
 			LeaseID: ll.id, Role: ll.role, Currency: ll.currency,
 			Start:    time.UnixMilli(ll.startMs).UTC(),
 			Receipts: ll.seq, GPUMillis: ll.gpuMillis,
-			Countersigned: ll.cumulative, Paid: paid, Owed: ll.cumulative - paid,
+			Countersigned: ll.cumulative, Paid: paid, Owed: ll.cumulative - paid, Premium: ll.premium,
 		})
 	}
 	return s

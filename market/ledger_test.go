@@ -270,3 +270,64 @@ func BenchmarkLedgerAddReceipt(b *testing.B) {
 		}
 	}
 }
+
+// TestLedgerPremium: a resale's countersigned premium is owed to the
+// holder by the new buyer (a discount the other way), once, in the pair's
+// account and statement; a countersignature of another premium, or a
+// premium this node is no party to, is refused.
+func TestLedgerPremium(t *testing.T) {
+	holder, buyer, other := []byte("holder-h"), []byte("buyer-b"), []byte("other-o")
+	p := &proto.Premium{LeaseId: "L", NewLeaseId: "L2", Holder: holder, Buyer: buyer, Provider: other, Gpus: 2,
+		FromUnixMs: 1_000, EndUnixMs: 3_601_000, LeasePriceMicros: 2_000_000, ResalePriceMicros: 2_600_000, Currency: "USD", PremiumMicros: 1_200_000}
+	hash := []byte("premium-hash")
+	cs := &proto.PremiumCountersign{LeaseId: "L", PremiumHash: hash, Buyer: buyer}
+	for _, c := range []struct {
+		name      string
+		self      []byte
+		premium   int64
+		role      Role
+		owedToMe  int64
+		wantError bool
+	}{
+		{"holder is owed a premium", holder, 1_200_000, RoleProvider, 1_200_000, false},
+		{"buyer owes it", buyer, 1_200_000, RoleBuyer, -1_200_000, false},
+		{"a discount: the holder owes the buyer", holder, -300_000, RoleBuyer, -300_000, false},
+		{"a discount: the buyer is owed", buyer, -300_000, RoleProvider, 300_000, false},
+		{"no party", other, 1_200_000, 0, 0, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := NewLedger(c.self)
+			pp := *p
+			pp.PremiumMicros = c.premium
+			added, err := l.AddPremium(&pp, hash, cs)
+			if c.wantError {
+				if err == nil {
+					t.Fatal("AddPremium = nil, want refused")
+				}
+				return
+			}
+			if err != nil || !added {
+				t.Fatalf("AddPremium = %v, %v", added, err)
+			}
+			if again, err := l.AddPremium(&pp, hash, cs); again || err != nil {
+				t.Errorf("the same premium again = %v, %v; want nothing added", again, err)
+			}
+			peer := string(buyer)
+			if string(c.self) == string(buyer) {
+				peer = string(holder)
+			}
+			owed := l.Owed(peer)
+			if len(owed) != 1 || owed[0].Micros != c.owedToMe {
+				t.Errorf("owed %v, want %d", owed, c.owedToMe)
+			}
+			st := l.Statement(peer)
+			if len(st.Leases) != 1 || !st.Leases[0].Premium || st.Leases[0].Role != c.role || st.Leases[0].LeaseID != "L2" {
+				t.Errorf("statement %+v, want the premium on L2 as %v", st.Leases, c.role)
+			}
+		})
+	}
+	l := NewLedger(holder)
+	if _, err := l.AddPremium(p, []byte("another hash"), cs); err == nil {
+		t.Error("a countersignature of another premium was taken")
+	}
+}

@@ -240,6 +240,26 @@ func TestResale(t *testing.T) {
 		t.Errorf("premium: holder %+v, buyer %+v; want the same record, %d micros from %s", sold, bought, want, pl.ClosedAt)
 	}
 
+	// The premium is settled between holder and buyer as a lease is:
+	// each side's ledger has it, owed to the holder.
+	premiumOf := func(n *node.Node, peerID peer.ID) (api.LeaseSettlement, bool) {
+		st, err := n.Settle(ctx, peerID.String())
+		if err != nil || len(st) != 1 {
+			return api.LeaseSettlement{}, false
+		}
+		for _, ls := range st[0].Leases {
+			if ls.Kind == "resale premium" && ls.Lease == nl {
+				return ls, true
+			}
+		}
+		return api.LeaseSettlement{}, false
+	}
+	hp, ok1 := premiumOf(holder, buyer.PeerID())
+	bp, ok2 := premiumOf(buyer, holder.PeerID())
+	if !ok1 || !ok2 || hp.Role != "provider" || bp.Role != "buyer" || hp.AmountMicros != want || bp.AmountMicros != want || hp.OwedMicros != want {
+		t.Errorf("settlement of the premium: holder %+v (%v), buyer %+v (%v); want %d micros owed to the holder on both sides", hp, ok1, bp, ok2, want)
+	}
+
 	// The new buyer's take again (a replay, or a retry that lost the
 	// answer): the holder's stored answer, the same bytes, and no second
 	// resale.

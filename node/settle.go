@@ -37,8 +37,12 @@ func (n *Node) Settle(_ context.Context, peerID string) (_ []api.SettlementView,
 		st := l.Statement(p)
 		v := api.SettlementView{Peer: peer.ID(p).String(), Leases: []api.LeaseSettlement{}, Payments: []api.PaymentView{}, Totals: []api.TotalView{}}
 		for _, ls := range st.Leases {
+			kind := "lease"
+			if ls.Premium {
+				kind = "resale premium"
+			}
 			v.Leases = append(v.Leases, api.LeaseSettlement{
-				Lease: ls.LeaseID, Role: ls.Role.String(), Currency: ls.Currency, Receipts: ls.Receipts, GPUMillis: ls.GPUMillis,
+				Lease: ls.LeaseID, Kind: kind, Role: ls.Role.String(), Currency: ls.Currency, Receipts: ls.Receipts, GPUMillis: ls.GPUMillis,
 				Amount: market.FormatMicros(ls.Countersigned, ls.Currency), AmountMicros: ls.Countersigned,
 				Paid: market.FormatMicros(ls.Paid, ls.Currency), Owed: market.FormatMicros(ls.Owed, ls.Currency), OwedMicros: ls.Owed,
 			})

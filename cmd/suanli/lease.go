@@ -308,10 +308,10 @@ func cmdSettle(e *env, args []string) error {
 		return printJSON(e.stdout, st)
 	case *asCSV:
 		w := csv.NewWriter(e.stdout)
-		w.Write([]string{"peer", "lease", "role", "currency", "receipts", "gpu_ms", "amount", "paid", "owed"})
+		w.Write([]string{"peer", "lease", "role", "currency", "receipts", "gpu_ms", "amount", "paid", "owed", "kind"})
 		for _, s := range st {
 			for _, l := range s.Leases {
-				w.Write([]string{s.Peer, l.Lease, l.Role, l.Currency, strconv.FormatUint(l.Receipts, 10), strconv.FormatUint(l.GPUMillis, 10), l.Amount, l.Paid, l.Owed})
+				w.Write([]string{s.Peer, l.Lease, l.Role, l.Currency, strconv.FormatUint(l.Receipts, 10), strconv.FormatUint(l.GPUMillis, 10), l.Amount, l.Paid, l.Owed, l.Kind})
 			}
 		}
 		w.Flush()
@@ -323,6 +323,15 @@ func cmdSettle(e *env, args []string) error {
 	for _, s := range st {
 		fmt.Fprintf(e.stdout, "peer %s\n", s.Peer)
 		for _, l := range s.Leases {
+			if l.Kind == "resale premium" {
+				who := "the peer owes this node"
+				if l.Role == "buyer" {
+					who = "this node owes the peer"
+				}
+				fmt.Fprintf(e.stdout, "  resale premium on lease %s (%s): %s, paid %s, owed %s\n", l.Lease, who,
+					amountText(l.Amount, l.Currency), amountText(l.Paid, l.Currency), amountText(l.Owed, l.Currency))
+				continue
+			}
 			fmt.Fprintf(e.stdout, "  lease %s (%s): %s, %d GPU-ms, billed %s, paid %s, owed %s\n", l.Lease, l.Role, plural(int(l.Receipts), "receipt"), l.GPUMillis,
 				amountText(l.Amount, l.Currency), amountText(l.Paid, l.Currency), amountText(l.Owed, l.Currency))
 		}

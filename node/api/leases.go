@@ -109,7 +109,11 @@ type SettlementView struct {
 
 // LeaseSettlement is one lease in a settlement.
 type LeaseSettlement struct {
-	Lease        string `json:"lease"`
+	Lease string `json:"lease"`
+	// Kind is "lease" for a lease's receipts, or "resale premium" for
+	// what the buyer of a resold lease (Lease) owes its holder on top of
+	// the provider's receipts (role provider: this node is owed it).
+	Kind         string `json:"kind"`
 	Role         string `json:"role"`
 	Currency     string `json:"currency"`
 	Receipts     uint64 `json:"receipts"`

@@ -1,6 +1,7 @@
 package leases
 
 import (
+	"bytes"
 	"fmt"
 	"time"
 
@@ -48,6 +49,25 @@ func Ledger(self peer.ID, st *store.Store) (*market.Ledger, error) {
 				return nil, fmt.Errorf("lease %s seq %d: %w", id, rc.Seq, err)
 			}
 		}
+	}
+	// Resale premiums the new buyer countersigned: holder and buyer
+	// settle them as they do leases.
+	if err := st.SignedPremiums(func(sp *proto.SignedPremium) error {
+		if len(sp.Countersign) == 0 {
+			return nil
+		}
+		p, signer, err := p2p.Open[*proto.Premium](sp.Premium, proto.MaxReceiptSize)
+		if err != nil || !bytes.Equal([]byte(signer), p.Holder) {
+			return nil // not one this node could have stored: not counted
+		}
+		cs, csSigner, err := p2p.Open[*proto.PremiumCountersign](sp.Countersign, proto.MaxReceiptSize)
+		if err != nil || !bytes.Equal([]byte(csSigner), p.Buyer) {
+			return nil
+		}
+		_, err = l.AddPremium(p, proto.ReceiptHash(sp.Premium), cs)
+		return err
+	}); err != nil {
+		return nil, err
 	}
 	err = st.Payments(func(v []byte) error {
 		ack, _, err := p2p.Open[*proto.PaymentAck](v, proto.MaxReceiptSize)

@@ -17,6 +17,23 @@ func (s *Store) PutSignedPremium(key string, sp *proto.SignedPremium) error {
 	return s.syncUpdate(func(txn *badger.Txn) error { return txn.Set([]byte(key), b) })
 }
 
+// SignedPremiums calls fn with every resale this node holds a record of,
+// as holder (resale/sold/) or new buyer (resale/bought/).
+func (s *Store) SignedPremiums(fn func(sp *proto.SignedPremium) error) error {
+	for _, prefix := range []string{"resale/sold/", "resale/bought/"} {
+		if err := s.scan(prefix, func(_, v []byte) error {
+			var sp proto.SignedPremium
+			if err := gproto.Unmarshal(v, &sp); err != nil {
+				return err
+			}
+			return fn(&sp)
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // SignedPremium is the record at key, or nil when there is none.
 func (s *Store) SignedPremium(key string) (*proto.SignedPremium, error) {
 	var sp proto.SignedPremium
