@@ -2,6 +2,7 @@ package market
 
 import (
 	"errors"
+	gproto "google.golang.org/protobuf/proto"
 	"reflect"
 	"testing"
 	"time"
@@ -297,9 +298,9 @@ func TestLedgerPremium(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			l := NewLedger(c.self)
-			pp := *p
+			pp := gproto.Clone(p).(*proto.Premium)
 			pp.PremiumMicros = c.premium
-			added, err := l.AddPremium(&pp, hash, cs)
+			added, err := l.AddPremium(pp, hash, cs)
 			if c.wantError {
 				if err == nil {
 					t.Fatal("AddPremium = nil, want refused")
@@ -309,7 +310,7 @@ func TestLedgerPremium(t *testing.T) {
 			if err != nil || !added {
 				t.Fatalf("AddPremium = %v, %v", added, err)
 			}
-			if again, err := l.AddPremium(&pp, hash, cs); again || err != nil {
+			if again, err := l.AddPremium(pp, hash, cs); again || err != nil {
 				t.Errorf("the same premium again = %v, %v; want nothing added", again, err)
 			}
 			peer := string(buyer)

@@ -139,6 +139,12 @@ func CheckResoldTerms(l, n *proto.Lease, buyer []byte) error {
 	return nil
 }
 
+// ResaleDurationSlack is how far a bid taking a resale ask may want more
+// or less than what is left of the block: a buyer types a duration (say
+// the rest rounded to the minute) while the rest shrinks every second.
+// The new lease always runs the rest of the block.
+const ResaleDurationSlack = time.Minute
+
 // ResalePremium is what a resale at resalePrice of gpus GPUs leased at
 // leasePrice (both micro-units per GPU-hour) is worth over ms milliseconds:
 // (resalePrice − leasePrice) × gpus × ms / 3,600,000, rounded half away

@@ -192,7 +192,10 @@ func TestResale(t *testing.T) {
 		b, err := buyer.Book(ctx, h100, "USD")
 		return err == nil && b.BestAsk == "2.60" && depth(b.Asks) == 2, sprint(b, err)
 	})
-	rest := time.Until(hv.End).Truncate(time.Second)
+	// The buyer wants the rest of the block give or take a little: the
+	// rest shrinks every second, and a duration typed a moment ago still
+	// takes it (market.ResaleDurationSlack).
+	rest := time.Until(hv.End).Truncate(time.Second) + 30*time.Second
 	bid, err := buyer.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: h100, Count: 2, Price: "2.60", LeaseType: "reserved",
 		Duration: rest.String(), IOC: true})
 	if err != nil || len(bid.Fills) != 1 {

@@ -210,7 +210,7 @@ func (m *Manager) resaleFacts(ctx context.Context, o *market.Order, po *proto.Or
 		return &market.ResaleError{Label: "wrong-terms", Reason: "resale ask's market or currency is not the lease's"}
 	case int(o.Quantity) != len(l.Gpus) || !o.AllOrNone || !o.PostOnly:
 		return &market.ResaleError{Label: "wrong-gpus", Reason: fmt.Sprintf("a resale sells all %d GPUs of the lease at once and only rests", len(l.Gpus))}
-	case o.MaxDuration > end.Sub(o.Created)+time.Second || o.Expires.After(end):
+	case o.MaxDuration > end.Sub(o.Created)+market.ResaleDurationSlack+time.Second || o.Expires.After(end):
 		return &market.ResaleError{Label: "wrong-duration", Reason: "resale ask outlasts the lease's block"}
 	case !o.Start.IsZero():
 		return &market.ResaleError{Label: "wrong-duration", Reason: "a resale starts at the handover"}
@@ -284,7 +284,7 @@ func (m *Manager) Place(ctx context.Context, req api.OrderRequest) (api.OrderVie
 	po := &proto.Order{
 		Maker: []byte(m.Host.ID()), Side: proto.Side_SIDE_ASK, Market: terms.Market, Currency: terms.Currency,
 		Quantity: uint32(len(terms.Gpus)), PriceMicros: price.Micros, LeaseType: proto.LeaseType_LEASE_TYPE_RESERVED,
-		MinDurationS: 1, MaxDurationS: int64(rest / time.Second),
+		MinDurationS: 1, MaxDurationS: int64((rest + market.ResaleDurationSlack) / time.Second),
 		CreatedUnixMs: now.UnixMilli(), ExpiresUnixMs: until.UnixMilli(),
 		Nonce: binary.BigEndian.Uint64(nonce[:]), PostOnly: true, AllOrNone: true, ClientKey: req.ClientKey, Resell: fill,
 	}
@@ -382,8 +382,8 @@ func (m *Manager) HandleTake(ctx context.Context, from peer.ID, take *proto.Take
 		return reject(rerr("wrong-price", "take price %d is not the ask's %d", take.PriceMicros, mine.Price))
 	case take.LeaseType != proto.LeaseType_LEASE_TYPE_RESERVED:
 		return reject(rerr("not-reserved", "a resale is of reserved time"))
-	case to.Duration < rest:
-		return reject(rerr("wrong-duration", "a resale sells the rest of the block, %s; the bid wants %s", rest, to.Duration))
+	case to.Duration < rest-market.ResaleDurationSlack:
+		return reject(rerr("wrong-duration", "a resale sells the rest of the block, %s (give or take %s); the bid wants %s", rest, market.ResaleDurationSlack, to.Duration))
 	}
 	// The book's own rules on just this pair: constraints, lease type,
 	// self-match.
