@@ -1,6 +1,9 @@
 package market
 
-import "hash/maphash"
+import (
+	"hash/maphash"
+	"unsafe"
+)
 
 // Order and fill IDs are CID strings on the wire; inside a Book each is
 // hashed once, at the edge, to a 64-bit handle, and the book's tables are
@@ -377,6 +380,7 @@ func (m *memory[V]) touch(h uint64) uint64 {
 func (m *memory[V]) resize(n int) {
 	old := m.buckets
 	m.buckets = make([]memBucket, n)
+	adviseHuge(unsafe.Pointer(&m.buckets[0]), uintptr(n)*unsafe.Sizeof(memBucket{}))
 	m.cleanMask = cleanCycle/uint64(n) - 1
 	oldMask := uint32(len(old) - 1)
 	for i := range old {
