@@ -2,7 +2,6 @@
 
 package market
 
-import "unsafe"
-
-// adviseHuge is a no-op where there is no MADV_HUGEPAGE.
-func adviseHuge(p unsafe.Pointer, n uintptr) {}
+// hugeSlice returns a zeroed slice of n Ts; only Linux is asked for huge
+// pages (see hugepage_linux.go).
+func hugeSlice[T any](n int) []T { return make([]T, n) }

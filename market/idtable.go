@@ -1,9 +1,6 @@
 package market
 
-import (
-	"hash/maphash"
-	"unsafe"
-)
+import "hash/maphash"
 
 // Order and fill IDs are CID strings on the wire; inside a Book each is
 // hashed once, at the edge, to a 64-bit handle, and the book's tables are
@@ -62,7 +59,7 @@ func (t *liveTable) put(h uint64, e *entry) {
 
 func (t *liveTable) grow() {
 	old := t.slots
-	t.slots = make([]liveSlot, max(minTableSlots, 2*len(old)))
+	t.slots = hugeSlice[liveSlot](max(minTableSlots, 2*len(old)))
 	mask := uint64(len(t.slots) - 1)
 	for _, s := range old {
 		if s.e == nil {
@@ -74,6 +71,15 @@ func (t *liveTable) grow() {
 		}
 		t.slots[i] = s
 	}
+}
+
+// touch loads the slot h's lookup starts on, so that its miss overlaps
+// the caller's others (see memory.touch).
+func (t *liveTable) touch(h uint64) uint64 {
+	if t.slots == nil {
+		return 0
+	}
+	return t.slots[h&uint64(len(t.slots)-1)].h
 }
 
 // del removes e, held under handle h.
@@ -379,8 +385,7 @@ func (m *memory[V]) touch(h uint64) uint64 {
 // from the records would cost a cache miss each.
 func (m *memory[V]) resize(n int) {
 	old := m.buckets
-	m.buckets = make([]memBucket, n)
-	adviseHuge(unsafe.Pointer(&m.buckets[0]), uintptr(n)*unsafe.Sizeof(memBucket{}))
+	m.buckets = hugeSlice[memBucket](n)
 	m.cleanMask = cleanCycle/uint64(n) - 1
 	oldMask := uint32(len(old) - 1)
 	for i := range old {
