@@ -492,7 +492,9 @@ func (b *Book) newEntry() *entry {
 	if len(b.slab) == 0 {
 		// Slabs grow with the book, to 8192 entries (~4 MB, on huge
 		// pages where the kernel allows: a deep book's entries are
-		// visited at random).
+		// visited at random). The cost: a slab is freed only when none
+		// of its entries is resting or pooled, so a book that shrinks
+		// from a peak may keep some of the peak's memory.
 		b.slab = hugeSlice[entry](min(entrySlab, max(16, 2*b.orders.n)))
 	}
 	e := &b.slab[0]
