@@ -61,6 +61,9 @@ const fillMemory = MaxOrderTTL + MaxClockSkew
 // freeEntries bounds the pool of recycled order entries.
 const freeEntries = 4096
 
+// entrySlab is the most entries allocated at once.
+const entrySlab = 8192
+
 // BookOption configures a Book.
 type BookOption func(*Book) error
 
@@ -112,6 +115,7 @@ type Book struct {
 	hasLast bool
 
 	free    []*entry
+	slab    []entry  // fresh entries, allocated a slab at a time
 	sink    uint64   // what the touch loads read, kept so they are not elided
 	matches []Match  // Take's scratch
 	takes   []*entry // the entries of matches
@@ -278,7 +282,7 @@ func (b *Book) early(o *Order) uint64 {
 		return 0
 	}
 	h := b.hash(o.ID)
-	b.sink += b.tombs.touch(h)
+	b.sink += b.tombs.touch(h) + b.orders.touch(h)
 	return h
 }
 
@@ -485,7 +489,17 @@ func (b *Book) newEntry() *entry {
 		b.free = b.free[:n-1]
 		return e
 	}
-	return new(entry)
+	if len(b.slab) == 0 {
+		// Slabs grow with the book, to 8192 entries (~4 MB, on huge
+		// pages where the kernel allows: a deep book's entries are
+		// visited at random). The cost: a slab is freed only when none
+		// of its entries is resting or pooled, so a book that shrinks
+		// from a peak may keep some of the peak's memory.
+		b.slab = hugeSlice[entry](min(entrySlab, max(16, 2*b.orders.n)))
+	}
+	e := &b.slab[0]
+	b.slab = b.slab[1:]
+	return e
 }
 
 // remove takes e out of the book and recycles it (its order is left in

@@ -59,7 +59,7 @@ func (t *liveTable) put(h uint64, e *entry) {
 
 func (t *liveTable) grow() {
 	old := t.slots
-	t.slots = make([]liveSlot, max(minTableSlots, 2*len(old)))
+	t.slots = hugeSlice[liveSlot](max(minTableSlots, 2*len(old)))
 	mask := uint64(len(t.slots) - 1)
 	for _, s := range old {
 		if s.e == nil {
@@ -71,6 +71,15 @@ func (t *liveTable) grow() {
 		}
 		t.slots[i] = s
 	}
+}
+
+// touch loads the slot h's lookup starts on, so that its miss overlaps
+// the caller's others (see memory.touch).
+func (t *liveTable) touch(h uint64) uint64 {
+	if t.slots == nil {
+		return 0
+	}
+	return t.slots[h&uint64(len(t.slots)-1)].h
 }
 
 // del removes e, held under handle h.
@@ -376,7 +385,7 @@ func (m *memory[V]) touch(h uint64) uint64 {
 // from the records would cost a cache miss each.
 func (m *memory[V]) resize(n int) {
 	old := m.buckets
-	m.buckets = make([]memBucket, n)
+	m.buckets = hugeSlice[memBucket](n)
 	m.cleanMask = cleanCycle/uint64(n) - 1
 	oldMask := uint32(len(old) - 1)
 	for i := range old {
