@@ -120,7 +120,7 @@ func TestHolderTakeStates(t *testing.T) {
 		{"offered, a take of one GPU of two", with(func(a *takeArgs) { a.qty = 1 }), nil, "wrong-gpus"},
 		{"offered, a take at another price", with(func(a *takeArgs) { a.price = 2_700_000 }), nil, "wrong-price"},
 		{"offered, a take of spot time", with(func(a *takeArgs) { a.lt = proto.LeaseType_LEASE_TYPE_SPOT }), nil, "not-reserved"},
-		{"offered, a bid shorter than the block's rest", with(func(a *takeArgs) { a.dur = rest - time.Second }), nil, "wrong-duration"},
+		{"offered, a bid shorter than the block's rest by more than the slack", with(func(a *takeArgs) { a.dur = rest - market.ResaleDurationSlack - time.Second }), nil, "wrong-duration"},
 		{"offered, an honest take: the provider is asked (unreachable here)", honest, nil, "provider-unreachable"},
 		{"sold, any take", honest, func() func() {
 			if err := st.PutSignedPremium("resale/sold/L", &proto.SignedPremium{Premium: []byte("p")}); err != nil {
