@@ -43,6 +43,9 @@ const (
 	meshWait = 2 * time.Second
 	// DefaultSweepInterval is how often the replicas drop expired orders.
 	DefaultSweepInterval = 30 * time.Second
+	// DefaultReconcileInterval is how often a replica reconciles a market
+	// with one random peer of its topic.
+	DefaultReconcileInterval = 10 * time.Second
 	// resyncRate and resyncBurst bound the re-syncs from peers that join a
 	// market's topic after the first sync, per market.
 	resyncRate  = 1
@@ -71,14 +74,21 @@ type Trade struct {
 // reached inside [Books.With] or [Books.Each], under the Books lock.
 type Replica struct {
 	// Book is the replica's order book; Index its spot-price index.
-	Book  *market.Book
-	Index *market.Index
-	envs  map[string][]byte
-	fills []Trade
+	Book   *market.Book
+	Index  *market.Index
+	envs   map[string][]byte
+	offers map[string][]byte // the sealed offer an open ask travelled with
+	fills  []Trade
+	tombs  *tombs // the market's, shared by its replicas in every currency
 }
 
 // Rest adds an order to the book and keeps its envelope for late joiners.
+// An order its maker cancelled (a tombstone this replica keeps until the
+// order's expiry) is refused as a duplicate.
 func (s *Replica) Rest(o *market.Order, env []byte, now time.Time) error {
+	if s.tombs.cancelled(o, env) {
+		return fmt.Errorf("%w: order %s was cancelled", market.ErrDuplicate, o.ID)
+	}
 	if err := s.Book.Add(o, now); err != nil {
 		return err
 	}
@@ -86,13 +96,25 @@ func (s *Replica) Rest(o *market.Order, env []byte, now time.Time) error {
 	return nil
 }
 
-// Cancel withdraws maker's order id from the book.
+// Cancel withdraws maker's order id from the book and keeps a tombstone
+// of it until the order's expiry, so that a sync or reconciliation that
+// brings the order again does not rest it.
 func (s *Replica) Cancel(id, maker string) error {
+	o, _, ok := s.Book.Lookup(id)
 	if err := s.Book.Cancel(id, maker); err != nil {
 		return err
 	}
-	delete(s.envs, id)
+	if ok {
+		s.tombs.addCancel(id, maker, nil, s.envs[id], o.Expires)
+	}
+	s.drop(id)
 	return nil
+}
+
+// drop forgets the envelope and offer of an order that left the book.
+func (s *Replica) drop(id string) {
+	delete(s.envs, id)
+	delete(s.offers, id)
 }
 
 // Fills are the replica's recent fills, oldest first. The slice is the
@@ -120,6 +142,10 @@ type Hooks struct {
 	// Crossable is called from the Books' loop when one of this node's
 	// resting orders in mkt may cross a new opposite order.
 	Crossable func(mkt string)
+	// OfferFor is the sealed offer that backs an ask this node publishes
+	// (its own, or for a resale ask the lease's provider's), or nil: it
+	// travels with the ask.
+	OfferFor func(po *proto.Order) []byte
 }
 
 // Config is what Books needs from its node.
@@ -129,6 +155,11 @@ type Config struct {
 	// Providers lists up to max providers of a market (the DHT), for a
 	// sync when the topic has too few peers.
 	Providers func(ctx context.Context, mkt string, max int) []peer.AddrInfo
+	// Offers is the node's offer cache: an offer that travels with an ask
+	// is remembered there before the ask is checked (so CheckAsk finds it
+	// without the DHT), and the offers of the asks a replica hands on come
+	// from there. Optional.
+	Offers *Offers
 	Now       func() time.Time
 	Log       *slog.Logger
 	// Rejects counts refused messages by kind ("book", "fill", "sync") and
@@ -142,7 +173,11 @@ type Config struct {
 	// resting; beyond it market.Evictee says which goes (default
 	// market.MaxRestingOrders). The node's own orders are never evicted.
 	MaxResting int
-	Hooks      Hooks
+	// ReconcileEvery is how often a replica reconciles each joined market
+	// with one random peer of its topic (default DefaultReconcileInterval;
+	// negative: never, only on reconnect).
+	ReconcileEvery time.Duration
+	Hooks          Hooks
 }
 
 // Books is a node's set of market replicas and their gossip. Its methods
@@ -154,6 +189,9 @@ type Books struct {
 
 	mu       sync.Mutex
 	states   map[string]*Replica // by market + "/" + currency
+	tombs    map[string]*tombs   // by market
+	retries  map[string]*retry   // asks whose offer was not found yet, by order ID
+	reconc   map[peer.ID]*rate.Limiter // by peer asking to reconcile
 	topics   map[string]*pubsub.Topic
 	joined   map[string]time.Time      // when each topic was joined
 	limiters map[string]*rate.Limiter  // by maker
@@ -178,10 +216,16 @@ func New(cfg Config) *Books {
 	if cfg.MaxResting <= 0 {
 		cfg.MaxResting = market.MaxRestingOrders
 	}
+	if cfg.ReconcileEvery == 0 {
+		cfg.ReconcileEvery = DefaultReconcileInterval
+	}
 	return &Books{
 		cfg:      cfg,
 		ctx:      context.Background(),
 		states:   map[string]*Replica{},
+		tombs:    map[string]*tombs{},
+		retries:  map[string]*retry{},
+		reconc:   map[peer.ID]*rate.Limiter{},
 		topics:   map[string]*pubsub.Topic{},
 		joined:   map[string]time.Time{},
 		limiters: map[string]*rate.Limiter{},
@@ -196,8 +240,16 @@ func New(cfg Config) *Books {
 // Call it once, before JoinMarket.
 func (b *Books) Start(ctx context.Context) {
 	b.ctx = ctx
-	b.wg.Add(1)
+	b.wg.Add(2)
 	go b.loop()
+	go b.retryLoop()
+	if b.cfg.Host != nil {
+		p2p.HandleReconcile(b.cfg.Host, b.answerReconcile)
+		if b.cfg.ReconcileEvery > 0 {
+			b.wg.Add(1)
+			go b.reconcileLoop()
+		}
+	}
 }
 
 // Wait waits for the goroutines Start and JoinMarket began, once the
@@ -221,7 +273,7 @@ func (b *Books) state(mkt, cur string) (*Replica, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Replica{Book: bk, Index: ix, envs: map[string][]byte{}}
+	s := &Replica{Book: bk, Index: ix, envs: map[string][]byte{}, offers: map[string][]byte{}, tombs: b.tombsOf(mkt)}
 	b.states[k] = s
 	return s, nil
 }
@@ -333,9 +385,12 @@ func (b *Books) evictLocked(s *Replica, arrived market.Side) string {
 	if !ok {
 		return ""
 	}
-	if err := s.Cancel(v.ID, v.Maker); err != nil {
+	// Not a cancel: no tombstone, the order may come back when there is
+	// room.
+	if err := s.Book.Cancel(v.ID, v.Maker); err != nil {
 		return ""
 	}
+	s.drop(v.ID)
 	return v.ID
 }
 
@@ -398,8 +453,11 @@ func (b *Books) Sweep() {
 	defer b.mu.Unlock()
 	for _, s := range b.states {
 		for _, id := range s.Book.Sweep(now) {
-			delete(s.envs, id)
+			s.drop(id)
 		}
+	}
+	for _, t := range b.tombs {
+		t.sweep(now)
 	}
 }
 
@@ -416,6 +474,9 @@ func (b *Books) Apply(mkt string, ev *p2p.BookEvent) {
 			err = s.Rest(o, ev.Envelope, now)
 		}
 		if err == nil {
+			if ev.OfferEnvelope != nil {
+				s.offers[o.ID] = ev.OfferEnvelope
+			}
 			evicted = b.evictLocked(s, o.Side)
 		}
 		b.mu.Unlock()
@@ -439,11 +500,27 @@ func (b *Books) Apply(mkt string, ev *p2p.BookEvent) {
 		}
 	case p2p.KindCancel:
 		maker, _ := peer.IDFromBytes(ev.Cancel.Maker)
+		id := ev.Cancel.OrderId
+		// Until the order's expiry when it is known; else as long as any
+		// order could live.
+		exp := time.UnixMilli(ev.Cancel.CreatedUnixMs).Add(market.MaxOrderTTL + market.MaxClockSkew)
+		orderEnv := ev.CancelledEnvelope
+		if ev.CancelledOrder != nil {
+			exp = ev.CancelledOrder.Expires
+		}
 		b.mu.Lock()
 		for _, s := range b.states {
-			if s.Book.Market() == mkt {
-				s.Cancel(ev.Cancel.OrderId, maker.String())
+			if s.Book.Market() != mkt {
+				continue
 			}
+			if o, _, ok := s.Book.Lookup(id); ok && o.Maker == maker.String() {
+				exp, orderEnv = o.Expires, s.envs[id]
+				s.Book.Cancel(id, o.Maker)
+				s.drop(id)
+			}
+		}
+		if !b.tombsOf(mkt).addCancel(id, maker.String(), ev.Envelope, orderEnv, exp) {
+			b.reject("book", "tombstones-full")
 		}
 		b.mu.Unlock()
 		if b.cfg.Hooks.Cancelled != nil {
@@ -483,8 +560,11 @@ func (b *Books) ApplyFill(ev *p2p.BookEvent) {
 	index, _ := s.Index.Value(now)
 	for _, id := range []string{f.BidID, f.AskID} {
 		if _, _, ok := s.Book.Lookup(id); !ok {
-			delete(s.envs, id)
+			s.drop(id)
 		}
+	}
+	if ev.Raw != nil && !s.tombs.addFill(f, ev.Raw) {
+		b.reject("fill", "tombstones-full")
 	}
 	s.fills = append(s.fills, Trade{Fill: f, Lease: ev.Lease, Raw: ev.Raw})
 	if len(s.fills) > MaxRecentFills {
@@ -510,6 +590,11 @@ func (b *Books) check(ctx context.Context, ev *p2p.BookEvent) pubsub.ValidationR
 	switch ev.Kind {
 	case p2p.KindOrder:
 		o := ev.Order
+		if ev.Offer != nil && b.cfg.Offers != nil {
+			// Signed by its provider and valid (p2p.DecodeBook): worth
+			// keeping whatever becomes of the ask.
+			b.cfg.Offers.RememberSealed(ev.OfferProvider, ev.Offer, ev.OfferEnvelope)
+		}
 		if !b.allow(o.Maker) {
 			b.reject("book", "rate-limited")
 			return pubsub.ValidationIgnore
@@ -520,7 +605,10 @@ func (b *Books) check(ctx context.Context, ev *p2p.BookEvent) pubsub.ValidationR
 		if o.Side == market.Ask && b.cfg.Hooks.CheckAsk != nil {
 			if err := b.cfg.Hooks.CheckAsk(ctx, o, ev.OrderProto); err != nil {
 				if errors.Is(err, ErrOfferUnknown) {
+					// Transient: not yet known, or the lookup timed out.
+					// Retried in the background, never refused for good.
 					b.reject("book", "offer-unknown")
+					b.deferAsk(ev)
 					return pubsub.ValidationIgnore
 				}
 				b.reject("book", "offer-mismatch")

@@ -12,6 +12,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"golang.org/x/time/rate"
 
+	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -175,19 +176,38 @@ func (b *Books) syncFrom(ctx context.Context, mkt string, p peer.ID) (answered b
 	} else {
 		answered = true
 	}
+	b.applyData(ctx, mkt, "sync", msgs)
+	return answered
+}
+
+// applyItems applies the book messages a peer sent by sync or
+// reconciliation (kind, for the rejects) as if they had been gossiped.
+func (b *Books) applyItems(ctx context.Context, mkt, kind string, items []*proto.BookMessage) {
+	data := make([][]byte, 0, len(items))
+	for _, m := range items {
+		d, err := p2p.MarshalBook(m)
+		if err != nil {
+			b.reject(kind, "schema")
+			continue
+		}
+		data = append(data, d)
+	}
+	b.applyData(ctx, mkt, kind, data)
+}
+
+func (b *Books) applyData(ctx context.Context, mkt, kind string, msgs [][]byte) {
 	for _, data := range msgs {
 		ev, err := p2p.DecodeBook(data, mkt, b.cfg.Now())
 		if err != nil {
 			// A fill may outlive the orders it names; anything else
 			// that fails is the peer's fault.
-			b.reject("sync", p2p.BookReason(err))
+			b.reject(kind, p2p.BookReason(err))
 			continue
 		}
 		if b.check(ctx, ev) == pubsub.ValidationAccept {
 			b.Apply(mkt, ev)
 		}
 	}
-	return answered
 }
 
 // syncOnPeer syncs a market's book once the first peer joins its topic,
@@ -209,8 +229,11 @@ func (b *Books) syncOnPeer(mkt string, evh *pubsub.TopicEventHandler) {
 			synced = b.sync(b.ctx, mkt)
 		case limit.Allow():
 			// A peer that joins later may have been on the other side of
-			// a partition: ask it what it holds.
-			b.syncFrom(b.ctx, mkt, ev.Peer)
+			// a partition: reconcile with it (what either lacks, both
+			// ways, cancels and fills included).
+			ctx, cancel := context.WithTimeout(b.ctx, p2p.ReconcileTimeout)
+			b.ReconcileWith(ctx, mkt, ev.Peer)
+			cancel()
 		}
 	}
 }
@@ -239,29 +262,12 @@ func (b *Books) AnswerSync(from peer.ID, mkt string) ([]*proto.BookMessage, erro
 
 var errSyncRate = errors.New("exchange: book sync asked too often")
 
-// SyncAnswer lists a market's open orders and recent fills for a late
-// joiner (p2p.HandleSync). An order that has expired is left out even
-// before the sweep drops it from the book.
+// SyncAnswer lists a market's open orders, with the offer of each
+// provider beside its first ask, the cancels and fills its replicas keep
+// as tombstones, for a late joiner (p2p.HandleSync). An order that has
+// expired is left out even before the sweep drops it from the book.
 func (b *Books) SyncAnswer(mkt string) []*proto.BookMessage {
-	now := b.cfg.Now()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []*proto.BookMessage
-	for _, s := range b.states {
-		if s.Book.Market() != mkt {
-			continue
-		}
-		for _, r := range s.fills {
-			out = append(out, &proto.BookMessage{Body: &proto.BookMessage_Fill{Fill: r.Raw}})
-		}
-		for id, env := range s.envs {
-			if o, _, ok := s.Book.Lookup(id); !ok || !o.Expires.After(now) {
-				continue
-			}
-			out = append(out, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}})
-		}
-	}
-	return out
+	return b.elements(mkt).messages()
 }
 
 // Publish gossips a book message whose event ev this node built and
@@ -275,6 +281,7 @@ func (b *Books) Publish(ctx context.Context, mkt string, m *proto.BookMessage, e
 	if t == nil {
 		return errNotJoined(mkt)
 	}
+	m = b.attach(m, ev)
 	data, err := p2p.MarshalBook(m)
 	if err != nil {
 		return err
@@ -288,4 +295,42 @@ func (b *Books) Publish(ctx context.Context, mkt string, m *proto.BookMessage, e
 		}
 	}
 	return t.Publish(ctx, data, pubsub.WithValidatorData(ev))
+}
+
+// attach returns m with what travels beside it: an ask's offer (Hooks.
+// OfferFor), which the replica keeps to hand on; a cancel's order, from
+// its tombstone, whose sealed form it records. ev gets the envelope of a
+// cancel, as DecodeBook would have set it.
+func (b *Books) attach(m *proto.BookMessage, ev *p2p.BookEvent) *proto.BookMessage {
+	switch {
+	case ev.Kind == p2p.KindOrder && ev.Order.Side == market.Ask && m.Offer == nil && b.cfg.Hooks.OfferFor != nil:
+		env := b.cfg.Hooks.OfferFor(ev.OrderProto)
+		if env == nil {
+			return m
+		}
+		o := ev.Order
+		b.With(o.Market, o.Currency, func(s *Replica) {
+			if _, _, ok := s.Book.Lookup(o.ID); ok {
+				s.offers[o.ID] = env
+			}
+		})
+		return &proto.BookMessage{Body: m.Body, Offer: env}
+	case ev.Kind == p2p.KindCancel && m.GetCancel() != nil:
+		ev.Envelope = m.GetCancel()
+		maker, err := peer.IDFromBytes(ev.Cancel.GetMaker())
+		if err != nil {
+			return m
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		c := b.tombsOf(ev.Cancel.Market).cancels[cancelKey{maker.String(), ev.Cancel.OrderId}]
+		if c == nil || c.order == nil {
+			return m
+		}
+		if c.env == nil {
+			c.env = ev.Envelope
+		}
+		return &proto.BookMessage{Body: m.Body, CancelledOrder: c.order}
+	}
+	return m
 }
