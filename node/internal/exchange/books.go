@@ -160,8 +160,8 @@ type Config struct {
 	// without the DHT), and the offers of the asks a replica hands on come
 	// from there. Optional.
 	Offers *Offers
-	Now       func() time.Time
-	Log       *slog.Logger
+	Now    func() time.Time
+	Log    *slog.Logger
 	// Rejects counts refused messages by kind ("book", "fill", "sync") and
 	// reason; Orders and Fills count what was applied. All optional.
 	Rejects       *prometheus.CounterVec
@@ -188,9 +188,9 @@ type Books struct {
 	wg  sync.WaitGroup
 
 	mu       sync.Mutex
-	states   map[string]*Replica // by market + "/" + currency
-	tombs    map[string]*tombs   // by market
-	retries  map[string]*retry   // asks whose offer was not found yet, by order ID
+	states   map[string]*Replica       // by market + "/" + currency
+	tombs    map[string]*tombs         // by market
+	retries  map[string]*retry         // asks whose offer was not found yet, by order ID
 	reconc   map[peer.ID]*rate.Limiter // by peer asking to reconcile
 	topics   map[string]*pubsub.Topic
 	joined   map[string]time.Time      // when each topic was joined
