@@ -54,13 +54,15 @@ func (b *Books) JoinMarket(ctx context.Context, mkt string) error {
 	b.wg.Add(1)
 	go b.read(mkt, sub)
 	start := time.Now()
-	if !b.sync(ctx, mkt) {
-		// Nobody holding the book answered (a node that is still
-		// bootstrapping knows no one): sync when the first peer joins.
-		if evh, err := t.EventHandler(); err == nil {
-			b.wg.Add(1)
-			go b.syncOnPeer(mkt, evh)
-		}
+	// Peers that join the topic from now on: the first sync if this one
+	// finds nobody holding the book (a node that is still bootstrapping
+	// knows no one), then a reconciliation with each (after a partition
+	// heals, what either side did while cut off).
+	evh, err := t.EventHandler()
+	synced := b.sync(ctx, mkt)
+	if err == nil {
+		b.wg.Add(1)
+		go b.syncOnPeer(mkt, evh, synced)
 	}
 	b.cfg.Log.Info("joined market", "market", mkt, "sync", time.Since(start).Round(time.Millisecond))
 	return nil
@@ -210,13 +212,13 @@ func (b *Books) applyData(ctx context.Context, mkt, kind string, msgs [][]byte) 
 	}
 }
 
-// syncOnPeer syncs a market's book once the first peer joins its topic,
-// and from each peer that joins later (rate-limited): after a partition
-// heals, the orders gossiped on the other side are fetched.
-func (b *Books) syncOnPeer(mkt string, evh *pubsub.TopicEventHandler) {
+// syncOnPeer syncs a market's book once the first peer joins its topic
+// (unless synced already), and reconciles with each peer that joins later
+// (rate-limited): after a partition heals, what was gossiped on the other
+// side, cancels and fills included, is exchanged both ways.
+func (b *Books) syncOnPeer(mkt string, evh *pubsub.TopicEventHandler, synced bool) {
 	defer b.wg.Done()
 	defer evh.Cancel()
-	synced := false
 	limit := rate.NewLimiter(resyncRate, resyncBurst)
 	for {
 		ev, err := evh.NextPeerEvent(b.ctx)
