@@ -13,7 +13,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -252,6 +254,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := s.measure(ctx, net, rep); err != nil {
 		return nil, err
 	}
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	rep.HeapPerNodeMiB = float64(ms.HeapInuse) / float64(cfg.Nodes) / (1 << 20)
+	rep.SysPerNodeMiB = float64(ms.Sys) / float64(cfg.Nodes) / (1 << 20)
 	if cfg.Faults {
 		// A fault run that fails still leaves the core measures to report.
 		if err := s.faults(ctx, net, rep); err != nil {
@@ -262,6 +269,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	rep.Seconds = time.Since(start).Seconds()
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		rep.MaxRSSMiB = float64(ru.Maxrss) / 1024 // KiB on Linux
+	}
 	return rep, nil
 }
 

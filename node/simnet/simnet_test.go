@@ -56,6 +56,9 @@ func checkFaults(t *testing.T, rep *Report, samples int) {
 	if rep.Converged == nil || !*rep.Converged {
 		t.Errorf("books converged after heal and churn = %v, want true", rep.Converged)
 	}
+	if rep.PartitionCancels == 0 || rep.CancelledLeft != 0 {
+		t.Errorf("%d bids cancelled during the partition, %d still held after the heal; want some, none", rep.PartitionCancels, rep.CancelledLeft)
+	}
 	for _, name := range []string{MeasurePartitionProp, MeasureHealProp, MeasureChurnProp} {
 		if m, ok := rep.Measure(name); !ok || m.Stats.Count != samples {
 			t.Errorf("fault measure %q = %+v, want %d samples", name, m.Stats, samples)
