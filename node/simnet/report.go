@@ -78,8 +78,8 @@ type Report struct {
 	FaultsError string `json:"faults_error,omitempty"`
 	// AskReplicasFull of AskReplicas replicas held every provider's ask
 	// 30 s after they were placed.
-	AskReplicas     int     `json:"ask_replicas"`
-	AskReplicasFull int     `json:"ask_replicas_full"`
+	AskReplicas     int `json:"ask_replicas"`
+	AskReplicasFull int `json:"ask_replicas_full"`
 	// AskAllSeconds is how long after the asks were placed every replica
 	// held every ask (0 when they never all did).
 	AskAllSeconds float64 `json:"ask_all_seconds"`
@@ -95,7 +95,7 @@ type Report struct {
 	SysPerNodeMiB  float64 `json:"sys_per_node_mib"`
 	MaxRSSMiB      float64 `json:"max_rss_mib"`
 	StartSeconds   float64 `json:"start_seconds"`
-	Seconds         float64 `json:"seconds"`
+	Seconds        float64 `json:"seconds"`
 }
 
 // Measure returns the named measure, or false.
