@@ -192,6 +192,7 @@ type Books struct {
 	tombs    map[string]*tombs         // by market
 	retries  map[string]*retry         // asks whose offer was not found yet, by order ID
 	reconc   map[peer.ID]*rate.Limiter // by peer asking to reconcile
+	rkick    chan struct{}             // a reconciliation is due soon
 	topics   map[string]*pubsub.Topic
 	joined   map[string]time.Time      // when each topic was joined
 	limiters map[string]*rate.Limiter  // by maker
@@ -232,6 +233,7 @@ func New(cfg Config) *Books {
 		authors:  map[peer.ID]*rate.Limiter{},
 		syncers:  map[peer.ID]*rate.Limiter{},
 		kick:     make(chan string, 64),
+		rkick:    make(chan struct{}, 1),
 	}
 }
 

@@ -234,8 +234,11 @@ func (b *Books) syncOnPeer(mkt string, evh *pubsub.TopicEventHandler, synced boo
 			// a partition: reconcile with it (what either lacks, both
 			// ways, cancels and fills included).
 			ctx, cancel := context.WithTimeout(b.ctx, p2p.ReconcileTimeout)
-			b.ReconcileWith(ctx, mkt, ev.Peer)
+			st, err := b.ReconcileWith(ctx, mkt, ev.Peer)
 			cancel()
+			if err == nil && st.Sent+st.Received > 0 {
+				b.kickReconcile()
+			}
 		}
 	}
 }

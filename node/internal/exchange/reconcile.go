@@ -57,6 +57,9 @@ const (
 	// bounds on what one message may hold.
 	maxRangesPerMessage = 4096
 	maxIDsPerMessage    = 1 << 16
+	// reconcileQuick is the mean wait before the next reconciliation while
+	// they carry differences.
+	reconcileQuick = time.Second
 	// reconcileRate and reconcileBurst bound the reconciliations one peer
 	// gets this node to answer.
 	reconcileRate  = 1
@@ -435,18 +438,28 @@ func (b *Books) reconcileRounds(ctx context.Context, c *p2p.ReconcileConn, mkt s
 
 // reconcileLoop reconciles each joined market with one random peer of
 // its topic every ReconcileEvery or so (jittered, so that peers do not
-// all ask at once).
+// all ask at once). While reconciliations carry differences (after a
+// partition heals, a replica that learnt something has more to pass on)
+// the next one follows within reconcileQuick, until one finds nothing.
 func (b *Books) reconcileLoop() {
 	defer b.wg.Done()
 	every := b.cfg.ReconcileEvery
+	quick := false
 	for {
-		t := time.NewTimer(every/2 + rand.N(every))
+		d := every/2 + rand.N(every)
+		if quick {
+			d = reconcileQuick/2 + rand.N(reconcileQuick)
+		}
+		t := time.NewTimer(d)
 		select {
 		case <-b.ctx.Done():
 			t.Stop()
 			return
 		case <-t.C:
+		case <-b.rkick:
+			t.Stop()
 		}
+		quick = false
 		for _, mkt := range b.Markets() {
 			b.mu.Lock()
 			top := b.topics[mkt]
@@ -456,8 +469,18 @@ func (b *Books) reconcileLoop() {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(b.ctx, p2p.ReconcileTimeout)
-			b.ReconcileWith(ctx, mkt, peers[rand.N(len(peers))])
+			st, err := b.ReconcileWith(ctx, mkt, peers[rand.N(len(peers))])
 			cancel()
+			quick = quick || (err == nil && st.Sent+st.Received > 0)
 		}
+	}
+}
+
+// kickReconcile asks the loop for a reconciliation soon: one just carried
+// differences.
+func (b *Books) kickReconcile() {
+	select {
+	case b.rkick <- struct{}{}:
+	default:
 	}
 }
