@@ -94,8 +94,12 @@ type Report struct {
 	HeapPerNodeMiB float64 `json:"heap_per_node_mib"`
 	SysPerNodeMiB  float64 `json:"sys_per_node_mib"`
 	MaxRSSMiB      float64 `json:"max_rss_mib"`
-	StartSeconds   float64 `json:"start_seconds"`
-	Seconds        float64 `json:"seconds"`
+	// HostileIDs is how many hostile identities flooded (Config.Attack);
+	// AttackError says why the attack measures stopped, if they did.
+	HostileIDs   int     `json:"hostile_ids,omitempty"`
+	AttackError  string  `json:"attack_error,omitempty"`
+	StartSeconds float64 `json:"start_seconds"`
+	Seconds      float64 `json:"seconds"`
 }
 
 // Measure returns the named measure, or false.
@@ -173,6 +177,9 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "memory: Go heap %.1f MiB per node, runtime total %.1f MiB per node, peak RSS %.0f MiB\n", r.HeapPerNodeMiB, r.SysPerNodeMiB, r.MaxRSSMiB)
 	if r.FaultsError != "" {
 		fmt.Fprintf(w, "faults stopped early: %s\n", r.FaultsError)
+	}
+	if r.AttackError != "" {
+		fmt.Fprintf(w, "attack measures stopped early: %s\n", r.AttackError)
 	}
 	if r.Converged != nil {
 		fmt.Fprintf(w, "books converged after heal: %v\n", *r.Converged)

@@ -84,3 +84,28 @@ func TestConfigRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestRunAttack runs a 12-node network with hostile peers flooding (a
+// quarter of the nodes, three identities each): honest propagation and
+// crossing are measured again under the flood, beside the same run's
+// figures without it. Nothing about timing is asserted.
+func TestRunAttack(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	samples := 3
+	rep, err := Run(ctx, Config{Nodes: 12, Regions: 3, ProviderShare: 0.25, Samples: samples, Dir: t.TempDir(), Attack: 0.25})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if testing.Verbose() {
+		rep.Print(os.Stderr)
+	}
+	if rep.AttackError != "" || rep.HostileIDs != 3*attackKeys {
+		t.Fatalf("attack: %d hostile identities, error %q; want %d, none", rep.HostileIDs, rep.AttackError, 3*attackKeys)
+	}
+	for _, name := range []string{MeasureAttackProp, MeasureAttackCross} {
+		if m, ok := rep.Measure(name); !ok || m.Stats.Count != samples || m.Floor <= 0 {
+			t.Errorf("measure %q = %+v, want %d samples beside a floor", name, m, samples)
+		}
+	}
+}
