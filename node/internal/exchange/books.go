@@ -464,7 +464,11 @@ func (b *Books) Sweep() {
 }
 
 // Apply applies a verified book event to the replica of mkt.
-func (b *Books) Apply(mkt string, ev *p2p.BookEvent) {
+func (b *Books) Apply(mkt string, ev *p2p.BookEvent) { b.apply(mkt, ev) }
+
+// apply is Apply, reporting whether the replica changed: an order
+// rested, a cancel or a fill it did not have.
+func (b *Books) apply(mkt string, ev *p2p.BookEvent) bool {
 	now := b.cfg.Now()
 	switch ev.Kind {
 	case p2p.KindOrder:
@@ -484,7 +488,7 @@ func (b *Books) Apply(mkt string, ev *p2p.BookEvent) {
 		b.mu.Unlock()
 		if evicted == o.ID {
 			b.reject("book", "book-full")
-			return
+			return false
 		}
 		if evicted != "" {
 			b.reject("book", "evicted")
@@ -494,7 +498,7 @@ func (b *Books) Apply(mkt string, ev *p2p.BookEvent) {
 				b.reject("book", market.Reason(err))
 				b.cfg.Log.Debug("order not added", "order", o.ID, "err", err)
 			}
-			return
+			return false
 		}
 		inc(b.cfg.Orders)
 		if b.cfg.Host == nil || o.Maker != b.cfg.Host.ID().String() {
@@ -521,29 +525,36 @@ func (b *Books) Apply(mkt string, ev *p2p.BookEvent) {
 				s.drop(id)
 			}
 		}
-		if !b.tombsOf(mkt).addCancel(id, maker.String(), ev.Envelope, orderEnv, exp) {
+		t := b.tombsOf(mkt)
+		_, had := t.cancels[cancelKey{maker.String(), id}]
+		if !t.addCancel(id, maker.String(), ev.Envelope, orderEnv, exp) {
 			b.reject("book", "tombstones-full")
 		}
 		b.mu.Unlock()
 		if b.cfg.Hooks.Cancelled != nil {
 			b.cfg.Hooks.Cancelled(ev.Cancel.OrderId)
 		}
+		return !had
 	case p2p.KindFill:
-		b.ApplyFill(ev)
+		return b.applyFill(ev)
 	}
+	return true
 }
 
 // ApplyFill applies a verified fill once: book, index and recent fills,
 // then the hooks (the node's store, its own orders and leases). A fill
 // already applied is a no-op.
-func (b *Books) ApplyFill(ev *p2p.BookEvent) {
+func (b *Books) ApplyFill(ev *p2p.BookEvent) { b.applyFill(ev) }
+
+// applyFill is ApplyFill, reporting whether the fill was new.
+func (b *Books) applyFill(ev *p2p.BookEvent) bool {
 	f := *ev.Fill
 	now := b.cfg.Now()
 	b.mu.Lock()
 	s, err := b.state(f.Market, f.Currency)
 	if err != nil {
 		b.mu.Unlock()
-		return
+		return false
 	}
 	if err := s.Book.ApplyFill(f); err != nil {
 		b.mu.Unlock()
@@ -554,7 +565,7 @@ func (b *Books) ApplyFill(ev *p2p.BookEvent) {
 				b.cfg.Hooks.FillRefused(ev, err)
 			}
 		}
-		return
+		return false
 	}
 	if err := s.Index.Add(f, now); err != nil {
 		b.cfg.Log.Debug("fill not indexed", "fill", f.ID, "err", err)
@@ -585,6 +596,7 @@ func (b *Books) ApplyFill(ev *p2p.BookEvent) {
 	if b.cfg.Hooks.Filled != nil {
 		b.cfg.Hooks.Filled(ev, index, party)
 	}
+	return true
 }
 
 // check is the stateful part of validation, shared by gossip and sync.

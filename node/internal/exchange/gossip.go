@@ -184,7 +184,7 @@ func (b *Books) syncFrom(ctx context.Context, mkt string, p peer.ID) (answered b
 
 // applyItems applies the book messages a peer sent by sync or
 // reconciliation (kind, for the rejects) as if they had been gossiped.
-func (b *Books) applyItems(ctx context.Context, mkt, kind string, items []*proto.BookMessage) {
+func (b *Books) applyItems(ctx context.Context, mkt, kind string, items []*proto.BookMessage) (changed int) {
 	data := make([][]byte, 0, len(items))
 	for _, m := range items {
 		d, err := p2p.MarshalBook(m)
@@ -194,10 +194,12 @@ func (b *Books) applyItems(ctx context.Context, mkt, kind string, items []*proto
 		}
 		data = append(data, d)
 	}
-	b.applyData(ctx, mkt, kind, data)
+	return b.applyData(ctx, mkt, kind, data)
 }
 
-func (b *Books) applyData(ctx context.Context, mkt, kind string, msgs [][]byte) {
+// applyData is applyItems for encoded messages; it returns how many
+// changed the replica.
+func (b *Books) applyData(ctx context.Context, mkt, kind string, msgs [][]byte) (changed int) {
 	for _, data := range msgs {
 		ev, err := p2p.DecodeBook(data, mkt, b.cfg.Now())
 		if err != nil {
@@ -206,37 +208,49 @@ func (b *Books) applyData(ctx context.Context, mkt, kind string, msgs [][]byte) 
 			b.reject(kind, p2p.BookReason(err))
 			continue
 		}
-		if b.check(ctx, ev) == pubsub.ValidationAccept {
-			b.Apply(mkt, ev)
+		if b.check(ctx, ev) == pubsub.ValidationAccept && b.apply(mkt, ev) {
+			changed++
 		}
 	}
+	return changed
 }
 
 // syncOnPeer syncs a market's book once the first peer joins its topic
-// (unless synced already), and reconciles with each peer that joins later
-// (rate-limited): after a partition heals, what was gossiped on the other
-// side, cancels and fills included, is exchanged both ways.
+// (unless synced already), and reconciles with each peer that comes back
+// to the topic (rate-limited): after a partition heals, what was gossiped
+// on the other side, cancels and fills included, is exchanged both ways.
 func (b *Books) syncOnPeer(mkt string, evh *pubsub.TopicEventHandler, synced bool) {
 	defer b.wg.Done()
 	defer evh.Cancel()
 	limit := rate.NewLimiter(resyncRate, resyncBurst)
+	// Peers seen in the topic before: a peer that joins for the first time
+	// is the topic forming (the sync covered it, or it syncs itself); one
+	// that comes back was cut off, and what it did meanwhile is exchanged.
+	seen := map[peer.ID]bool{}
 	for {
 		ev, err := evh.NextPeerEvent(b.ctx)
 		if err != nil {
 			return
 		}
+		if ev.Type != pubsub.PeerJoin {
+			continue
+		}
+		back := seen[ev.Peer]
+		if len(seen) > 100_000 {
+			clear(seen)
+		}
+		seen[ev.Peer] = true
 		switch {
-		case ev.Type != pubsub.PeerJoin:
 		case !synced:
 			synced = b.sync(b.ctx, mkt)
-		case limit.Allow():
-			// A peer that joins later may have been on the other side of
+		case back && limit.Allow():
+			// A peer that comes back may have been on the other side of
 			// a partition: reconcile with it (what either lacks, both
 			// ways, cancels and fills included).
 			ctx, cancel := context.WithTimeout(b.ctx, p2p.ReconcileTimeout)
 			st, err := b.ReconcileWith(ctx, mkt, ev.Peer)
 			cancel()
-			if err == nil && st.Sent+st.Received > 0 {
+			if err == nil && st.Changed > 0 {
 				b.kickReconcile()
 			}
 		}

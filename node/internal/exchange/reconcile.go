@@ -41,6 +41,11 @@ import (
 // the difference estimated first and fail to decode when it is wrong;
 // a replica after a partition may differ in anything from one cancel to
 // the whole book, so ranges that adapt round by round suit it better.
+//
+// When: every ReconcileEvery with a random peer of the topic; with a peer
+// that comes back to the topic (a partition healed, a node restarted);
+// and again within reconcileQuick while reconciliations change the
+// replica, on either side, so that what one learns spreads in seconds.
 const (
 	// reconcileList is the most IDs a range lists instead of splitting.
 	reconcileList = 16
@@ -336,8 +341,9 @@ func (e *elemSet) respond(in *proto.Reconcile, budget int) *proto.Reconcile {
 // ReconcileStats is what one reconciliation cost and carried.
 type ReconcileStats struct {
 	// Rounds is the messages this side sent; Sent and Received the
-	// elements; Bytes the encoded size of every message both ways.
-	Rounds, Sent, Received, Bytes int
+	// elements; Changed how many received changed this replica; Bytes the
+	// encoded size of every message both ways.
+	Rounds, Sent, Received, Changed, Bytes int
 }
 
 // ReconcileWith reconciles this node's replica of mkt with peer p, both
@@ -392,6 +398,9 @@ func (b *Books) answerReconcile(c *p2p.ReconcileConn) {
 	if err := b.reconcileRounds(ctx, c, in.Market, b.elements(in.Market).sorted(), in, &st); err != nil {
 		b.cfg.Log.Debug("reconcile answer failed", "market", in.Market, "peer", c.Peer(), "err", err)
 	}
+	if st.Changed > 0 {
+		b.kickReconcile() // what this replica learnt, it passes on
+	}
 }
 
 // reconcileRounds runs the rounds from the first message received (in, or
@@ -412,7 +421,7 @@ func (b *Books) reconcileRounds(ctx context.Context, c *p2p.ReconcileConn, mkt s
 			return err
 		}
 		st.Received += len(in.Items)
-		b.applyItems(ctx, mkt, "reconcile", in.Items)
+		st.Changed += b.applyItems(ctx, mkt, "reconcile", in.Items)
 		if in.Done {
 			return nil
 		}
@@ -438,9 +447,9 @@ func (b *Books) reconcileRounds(ctx context.Context, c *p2p.ReconcileConn, mkt s
 
 // reconcileLoop reconciles each joined market with one random peer of
 // its topic every ReconcileEvery or so (jittered, so that peers do not
-// all ask at once). While reconciliations carry differences (after a
+// all ask at once). While reconciliations change the replica (after a
 // partition heals, a replica that learnt something has more to pass on)
-// the next one follows within reconcileQuick, until one finds nothing.
+// the next one follows within reconcileQuick, until one changes nothing.
 func (b *Books) reconcileLoop() {
 	defer b.wg.Done()
 	every := b.cfg.ReconcileEvery
@@ -471,13 +480,13 @@ func (b *Books) reconcileLoop() {
 			ctx, cancel := context.WithTimeout(b.ctx, p2p.ReconcileTimeout)
 			st, err := b.ReconcileWith(ctx, mkt, peers[rand.N(len(peers))])
 			cancel()
-			quick = quick || (err == nil && st.Sent+st.Received > 0)
+			quick = quick || (err == nil && st.Changed > 0)
 		}
 	}
 }
 
-// kickReconcile asks the loop for a reconciliation soon: one just carried
-// differences.
+// kickReconcile asks the loop for a reconciliation soon: one just
+// changed the replica.
 func (b *Books) kickReconcile() {
 	select {
 	case b.rkick <- struct{}{}:
