@@ -34,6 +34,10 @@ const (
 	// and the fills it is a party to.
 	authorRate  = 2 * orderRate
 	authorBurst = 2 * orderBurst
+	// MaxOrdersPerMaker caps the orders one maker rests in a replica: new
+	// keys cost nothing, so a flood of valid orders from a few keys fills
+	// a replica only up to this per key (and is not relayed beyond it).
+	MaxOrdersPerMaker = 100
 	// OfferFetchTimeout bounds fetching an ask's offer while validating it.
 	OfferFetchTimeout = 5 * time.Second
 	// syncPeers is how many peers a node asks for a market's open orders.
@@ -78,6 +82,8 @@ type Replica struct {
 	Index  *market.Index
 	envs   map[string][]byte
 	offers map[string][]byte // the sealed offer an open ask travelled with
+	maker  map[string]string // the maker of each open order, by ID
+	count  map[string]int    // the open orders of each maker
 	fills  []Trade
 	tombs  *tombs // the market's, shared by its replicas in every currency
 }
@@ -93,6 +99,8 @@ func (s *Replica) Rest(o *market.Order, env []byte, now time.Time) error {
 		return err
 	}
 	s.envs[o.ID] = env
+	s.maker[o.ID] = o.Maker
+	s.count[o.Maker]++
 	return nil
 }
 
@@ -115,6 +123,12 @@ func (s *Replica) Cancel(id, maker string) error {
 func (s *Replica) drop(id string) {
 	delete(s.envs, id)
 	delete(s.offers, id)
+	if m, ok := s.maker[id]; ok {
+		delete(s.maker, id)
+		if s.count[m]--; s.count[m] <= 0 {
+			delete(s.count, m)
+		}
+	}
 }
 
 // Fills are the replica's recent fills, oldest first. The slice is the
@@ -275,7 +289,8 @@ func (b *Books) state(mkt, cur string) (*Replica, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Replica{Book: bk, Index: ix, envs: map[string][]byte{}, offers: map[string][]byte{}, tombs: b.tombsOf(mkt)}
+	s := &Replica{Book: bk, Index: ix, envs: map[string][]byte{}, offers: map[string][]byte{},
+		maker: map[string]string{}, count: map[string]int{}, tombs: b.tombsOf(mkt)}
 	b.states[k] = s
 	return s, nil
 }
@@ -616,6 +631,12 @@ func (b *Books) check(ctx context.Context, ev *p2p.BookEvent) pubsub.ValidationR
 		if _, _, held := b.Lookup(o.Market, o.Currency, o.ID); held {
 			return pubsub.ValidationIgnore
 		}
+		if b.makerFull(o) {
+			// Not relayed either: a flood of valid orders from one key
+			// stops at the first hop once its maker is at the cap.
+			b.reject("book", "maker-full")
+			return pubsub.ValidationIgnore
+		}
 		if o.Side == market.Ask && b.cfg.Hooks.CheckAsk != nil {
 			if err := b.cfg.Hooks.CheckAsk(ctx, o, ev.OrderProto); err != nil {
 				if errors.Is(err, ErrOfferUnknown) {
@@ -638,6 +659,18 @@ func (b *Books) check(ctx context.Context, ev *p2p.BookEvent) pubsub.ValidationR
 		}
 	}
 	return pubsub.ValidationAccept
+}
+
+// makerFull reports whether o's maker already rests MaxOrdersPerMaker
+// orders in o's replica (this node's own orders are never refused).
+func (b *Books) makerFull(o *market.Order) bool {
+	if b.cfg.Host != nil && o.Maker == b.cfg.Host.ID().String() {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s, ok := b.states[key(o.Market, o.Currency)]
+	return ok && s.count[o.Maker] >= MaxOrdersPerMaker
 }
 
 // errNotJoined: a publication to a market this node has not joined.

@@ -198,7 +198,7 @@ func (b *Books) applyItems(ctx context.Context, mkt, kind string, items []*proto
 }
 
 // applyData is applyItems for encoded messages; it returns how many
-// changed the replica.
+// changed the replica and were no longer in flight (settled).
 func (b *Books) applyData(ctx context.Context, mkt, kind string, msgs [][]byte) (changed int) {
 	for _, data := range msgs {
 		ev, err := p2p.DecodeBook(data, mkt, b.cfg.Now())
@@ -208,11 +208,30 @@ func (b *Books) applyData(ctx context.Context, mkt, kind string, msgs [][]byte) 
 			b.reject(kind, p2p.BookReason(err))
 			continue
 		}
-		if b.check(ctx, ev) == pubsub.ValidationAccept && b.apply(mkt, ev) {
+		if b.check(ctx, ev) == pubsub.ValidationAccept && b.apply(mkt, ev) && settled(ev, b.cfg.Now()) {
 			changed++
 		}
 	}
 	return changed
+}
+
+// inFlight is how long after its creation a book message may still be on
+// its way by gossip: one that arrives younger by sync or reconciliation
+// is not news that needs spreading.
+const inFlight = 5 * time.Second
+
+// settled reports whether ev was made more than inFlight before now.
+func settled(ev *p2p.BookEvent, now time.Time) bool {
+	var at time.Time
+	switch ev.Kind {
+	case p2p.KindOrder:
+		at = ev.Order.Created
+	case p2p.KindCancel:
+		at = time.UnixMilli(ev.Cancel.CreatedUnixMs)
+	case p2p.KindFill:
+		at = ev.Fill.Time
+	}
+	return now.Sub(at) > inFlight
 }
 
 // syncOnPeer syncs a market's book once the first peer joins its topic
