@@ -34,9 +34,10 @@ const (
 	// and the fills it is a party to.
 	authorRate  = 2 * orderRate
 	authorBurst = 2 * orderBurst
-	// MaxOrdersPerMaker caps the orders one maker rests in a replica: new
-	// keys cost nothing, so a flood of valid orders from a few keys fills
-	// a replica only up to this per key (and is not relayed beyond it).
+	// MaxOrdersPerMaker caps the orders one maker rests in a replica: a
+	// flood of valid orders from a few keys fills a replica only up to this
+	// per key (and is not relayed beyond it); past it the maker's smallest
+	// order IDs stay, the same on every replica.
 	MaxOrdersPerMaker = 100
 	// OfferFetchTimeout bounds fetching an ask's offer while validating it.
 	OfferFetchTimeout = 5 * time.Second
@@ -81,9 +82,9 @@ type Replica struct {
 	Book   *market.Book
 	Index  *market.Index
 	envs   map[string][]byte
-	offers map[string][]byte // the sealed offer an open ask travelled with
-	maker  map[string]string // the maker of each open order, by ID
-	count  map[string]int    // the open orders of each maker
+	offers map[string][]byte          // the sealed offer an open ask travelled with
+	maker  map[string]string          // the maker of each open order, by ID
+	count  map[string]map[string]bool // the open orders of each maker
 	fills  []Trade
 	tombs  *tombs // the market's, shared by its replicas in every currency
 }
@@ -100,7 +101,10 @@ func (s *Replica) Rest(o *market.Order, env []byte, now time.Time) error {
 	}
 	s.envs[o.ID] = env
 	s.maker[o.ID] = o.Maker
-	s.count[o.Maker]++
+	if s.count[o.Maker] == nil {
+		s.count[o.Maker] = map[string]bool{}
+	}
+	s.count[o.Maker][o.ID] = true
 	return nil
 }
 
@@ -125,7 +129,7 @@ func (s *Replica) drop(id string) {
 	delete(s.offers, id)
 	if m, ok := s.maker[id]; ok {
 		delete(s.maker, id)
-		if s.count[m]--; s.count[m] <= 0 {
+		if delete(s.count[m], id); len(s.count[m]) == 0 {
 			delete(s.count, m)
 		}
 	}
@@ -290,7 +294,7 @@ func (b *Books) state(mkt, cur string) (*Replica, error) {
 		return nil, err
 	}
 	s := &Replica{Book: bk, Index: ix, envs: map[string][]byte{}, offers: map[string][]byte{},
-		maker: map[string]string{}, count: map[string]int{}, tombs: b.tombsOf(mkt)}
+		maker: map[string]string{}, count: map[string]map[string]bool{}, tombs: b.tombsOf(mkt)}
 	b.states[k] = s
 	return s, nil
 }
@@ -494,13 +498,23 @@ func (b *Books) apply(mkt string, ev *p2p.BookEvent) bool {
 		if err == nil {
 			err = s.Rest(o, ev.Envelope, now)
 		}
+		mine := false
 		if err == nil {
 			if ev.OfferEnvelope != nil {
 				s.offers[o.ID] = ev.OfferEnvelope
 			}
-			evicted = b.evictLocked(s, o.Side)
+			for _, id := range b.evictMaker(s, o.Maker) {
+				b.reject("book", "maker-evicted")
+				mine = mine || id == o.ID
+			}
+			if !mine {
+				evicted = b.evictLocked(s, o.Side)
+			}
 		}
 		b.mu.Unlock()
+		if mine {
+			return false
+		}
 		if evicted == o.ID {
 			b.reject("book", "book-full")
 			return false
@@ -662,7 +676,11 @@ func (b *Books) check(ctx context.Context, ev *p2p.BookEvent) pubsub.ValidationR
 }
 
 // makerFull reports whether o's maker already rests MaxOrdersPerMaker
-// orders in o's replica (this node's own orders are never refused).
+// orders in o's replica, all with smaller IDs than o's. Which orders of a
+// maker past the cap a replica keeps must not depend on the order they
+// arrived in, or replicas would never agree: each keeps the maker's
+// smallest IDs (evictMaker drops the largest). This node's own orders
+// are never refused.
 func (b *Books) makerFull(o *market.Order) bool {
 	if b.cfg.Host != nil && o.Maker == b.cfg.Host.ID().String() {
 		return false
@@ -670,7 +688,35 @@ func (b *Books) makerFull(o *market.Order) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s, ok := b.states[key(o.Market, o.Currency)]
-	return ok && s.count[o.Maker] >= MaxOrdersPerMaker
+	if !ok || len(s.count[o.Maker]) < MaxOrdersPerMaker {
+		return false
+	}
+	return o.ID > largest(s.count[o.Maker])
+}
+
+func largest(ids map[string]bool) string {
+	top := ""
+	for id := range ids {
+		top = max(top, id)
+	}
+	return top
+}
+
+// evictMaker drops the largest IDs of maker's orders in s past
+// MaxOrdersPerMaker (not its own node's), without a tombstone, and
+// returns them. Callers hold b.mu.
+func (b *Books) evictMaker(s *Replica, maker string) []string {
+	if b.cfg.Host != nil && maker == b.cfg.Host.ID().String() {
+		return nil
+	}
+	var out []string
+	for len(s.count[maker]) > MaxOrdersPerMaker {
+		id := largest(s.count[maker])
+		s.Book.Cancel(id, maker)
+		s.drop(id)
+		out = append(out, id)
+	}
+	return out
 }
 
 // errNotJoined: a publication to a market this node has not joined.
