@@ -119,7 +119,8 @@ func TestReconcileCostGrowsWithDifference(t *testing.T) {
 	}
 
 	a, b = memSet(keys(0, n/2), keys(1e6, n/2)), memSet(keys(0, n/2), keys(2e6, n/2))
-	_, items, bigSize := runRounds(t, a, b)
+	bigMsgs, items, bigSize := runRounds(t, a, b)
+	t.Logf("%d differences in %d: %d messages, %d elements, %d bytes", n, n, bigMsgs, items, bigSize)
 	if items != n || bigSize <= size {
 		t.Fatalf("half the book different: %d elements in %d bytes; want %d, more than %d", items, bigSize, n, size)
 	}
