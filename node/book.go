@@ -25,6 +25,7 @@ func (n *Node) newBooks(sweepEvery time.Duration, maxResting int) *exchange.Book
 		Host:       n.host,
 		PubSub:     n.ps,
 		Providers:  n.dht.Providers,
+		Offers:     n.offers,
 		Now:        n.now,
 		Log:        n.log,
 		Rejects:    n.metrics.rejects,
@@ -39,6 +40,7 @@ func (n *Node) newBooks(sweepEvery time.Duration, maxResting int) *exchange.Book
 			Filled:      n.filled,
 			FillRefused: n.fillRefused,
 			Crossable:   n.takeCrossing,
+			OfferFor:    n.offerFor,
 		},
 	})
 }
@@ -85,6 +87,21 @@ func (n *Node) askFacts(ctx context.Context, o *market.Order, seq uint64) error 
 	}
 	o.Facts = market.Facts{Region: offer.Region, Attestation: n.attestedLevel(ctx, pid, offer), MemoryBytes: mem}
 	return nil
+}
+
+// offerFor is the sealed offer that travels with an ask this node
+// publishes: its own published offer, or for a resale ask the resold
+// lease's provider's as this node holds it (nil if it holds none: replicas
+// then look it up).
+func (n *Node) offerFor(po *proto.Order) []byte {
+	if len(po.GetResell()) > 0 {
+		l, err := resoldLeaseTerms(po.Resell, n.now())
+		if err != nil {
+			return nil
+		}
+		return n.offers.Sealed(peer.ID(l.Provider))
+	}
+	return n.offers.OwnSealed(func(o *proto.Offer) ([]byte, error) { return p2p.SealOffer(n.key, o) })
 }
 
 // offerOf returns a provider's offer, from this node itself, the in-memory

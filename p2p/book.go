@@ -26,8 +26,9 @@ import (
 func BookTopic(market string) string { return "/suanli/book/2/" + market }
 
 // MaxBookGossipSize bounds one gossiped book message: a fill carries two
-// envelopes of at most MaxBookMessageSize each.
-const MaxBookGossipSize = 2*proto.MaxBookMessageSize + 1024
+// envelopes of at most MaxBookMessageSize each, an ask its own and the
+// sealed offer that backs it.
+const MaxBookGossipSize = 2*proto.MaxBookMessageSize + proto.MaxOfferSize + 1024
 
 // NewPubSub starts gossipsub on a host for the order books. Messages are
 // signed by their author, the publishing host (pubsub's StrictSign): a
@@ -126,6 +127,9 @@ var (
 	ErrBookSchema = errors.New("p2p: book message malformed")
 	ErrBookTopic  = errors.New("p2p: book message for another market")
 	ErrBookFill   = errors.New("p2p: fill inconsistent")
+	// ErrBookOffer: the offer beside an ask, or the order beside a cancel,
+	// does not validate or is not the one it must be.
+	ErrBookOffer = errors.New("p2p: attached offer or order invalid")
 )
 
 // BookKind says what a BookEvent carries.
@@ -143,12 +147,23 @@ const (
 type BookEvent struct {
 	Kind BookKind
 	// Order (KindOrder): the domain order (ID = CID of Envelope), its wire
-	// form and envelope.
+	// form and envelope. Envelope is the sealed Cancel of a KindCancel.
 	Order      *market.Order
 	OrderProto *proto.Order
 	Envelope   []byte
-	// Cancel (KindCancel).
-	Cancel *proto.Cancel
+	// Offer, OfferProvider and OfferEnvelope (an ask's, when it travelled
+	// with one): the verified offer, its signer and its sealed bytes. An
+	// ask's own offer is signed by its maker; a resale ask's by any
+	// provider (the replica checks it is the resold lease's).
+	Offer         *proto.Offer
+	OfferProvider peer.ID
+	OfferEnvelope []byte
+	// Cancel (KindCancel), and the order it withdraws when that travelled
+	// with it (verified: signed by the cancel's maker, its ID the one the
+	// cancel names; it may have expired) and its sealed bytes.
+	Cancel            *proto.Cancel
+	CancelledOrder    *market.Order
+	CancelledEnvelope []byte
 	// Fill (KindFill): the domain fill (ID = CID of the Accept envelope),
 	// the lease both parties signed, the Take and the taker's order.
 	Fill       *market.Fill
@@ -179,7 +194,16 @@ func DecodeBook(data []byte, mkt string, now time.Time) (*BookEvent, error) {
 		if o.Market != mkt {
 			return nil, fmt.Errorf("%w: order for %q on the %q topic", ErrBookTopic, o.Market, mkt)
 		}
-		return &BookEvent{Kind: KindOrder, Order: o, OrderProto: po, Envelope: body.Order}, nil
+		ev := &BookEvent{Kind: KindOrder, Order: o, OrderProto: po, Envelope: body.Order}
+		if len(msg.CancelledOrder) > 0 {
+			return nil, fmt.Errorf("%w: an order with a cancelled order beside it", ErrBookSchema)
+		}
+		if len(msg.Offer) > 0 {
+			if err := attachOffer(ev, msg.Offer, now); err != nil {
+				return nil, err
+			}
+		}
+		return ev, nil
 	case *proto.BookMessage_Cancel:
 		c, signer, err := Open[*proto.Cancel](body.Cancel, proto.MaxBookMessageSize)
 		if err != nil {
@@ -194,8 +218,22 @@ func DecodeBook(data []byte, mkt string, now time.Time) (*BookEvent, error) {
 		if c.OrderId == "" || len(c.OrderId) > market.MaxOrderIDLen {
 			return nil, fmt.Errorf("%w: cancel order id", ErrBookSchema)
 		}
-		return &BookEvent{Kind: KindCancel, Cancel: c}, nil
+		if len(msg.Offer) > 0 {
+			return nil, fmt.Errorf("%w: a cancel with an offer beside it", ErrBookSchema)
+		}
+		ev := &BookEvent{Kind: KindCancel, Cancel: c, Envelope: body.Cancel}
+		if len(msg.CancelledOrder) > 0 {
+			o, err := cancelledOrder(msg.CancelledOrder, c, signer)
+			if err != nil {
+				return nil, err
+			}
+			ev.CancelledOrder, ev.CancelledEnvelope = o, msg.CancelledOrder
+		}
+		return ev, nil
 	case *proto.BookMessage_Fill:
+		if len(msg.Offer) > 0 || len(msg.CancelledOrder) > 0 {
+			return nil, fmt.Errorf("%w: a fill with an offer or order beside it", ErrBookSchema)
+		}
 		ev, err := OpenFill(body.Fill, now)
 		if err != nil {
 			return nil, err
@@ -206,6 +244,46 @@ func DecodeBook(data []byte, mkt string, now time.Time) (*BookEvent, error) {
 		return ev, nil
 	}
 	return nil, fmt.Errorf("%w: empty body", ErrBookSchema)
+}
+
+// attachOffer verifies the offer that travelled beside the ask of ev and
+// records it there: a valid sealed offer (OpenOffer at now) signed by the
+// ask's maker, or by anyone for a resale ask.
+func attachOffer(ev *BookEvent, env []byte, now time.Time) error {
+	if ev.Order.Side != market.Ask {
+		return fmt.Errorf("%w: an offer beside a bid", ErrBookOffer)
+	}
+	o, signer, err := OpenOffer(env, now)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrBookOffer, err)
+	}
+	if len(ev.OrderProto.GetResell()) == 0 && signer.String() != ev.Order.Maker {
+		return fmt.Errorf("%w: offer signed by %s beside an ask of %s", ErrBookOffer, signer, ev.Order.Maker)
+	}
+	ev.Offer, ev.OfferProvider, ev.OfferEnvelope = o, signer, env
+	return nil
+}
+
+// cancelledOrder verifies the order that travelled beside cancel c signed
+// by signer: signed by the same maker, and the very order c names. Its
+// expiry is not checked: a cancel outlives nothing but its order.
+func cancelledOrder(env []byte, c *proto.Cancel, signer peer.ID) (*market.Order, error) {
+	po, osigner, err := Open[*proto.Order](env, proto.MaxBookMessageSize)
+	if err != nil {
+		return nil, fmt.Errorf("%w: cancelled order: %w", ErrBookOffer, err)
+	}
+	if osigner != signer || !bytes.Equal(po.Maker, []byte(signer)) {
+		return nil, fmt.Errorf("%w: cancelled order not the cancel's maker's", ErrBookOffer)
+	}
+	o, err := OrderFromProto(po)
+	if err != nil {
+		return nil, fmt.Errorf("%w: cancelled order: %w", ErrBookOffer, err)
+	}
+	o.ID = proto.CIDOf(env).String()
+	if o.ID != c.OrderId || o.Market != c.Market {
+		return nil, fmt.Errorf("%w: cancel names order %s, not the one beside it", ErrBookOffer, c.OrderId)
+	}
+	return o, nil
 }
 
 // OpenOrder verifies a sealed order and converts it to the market's form
@@ -426,6 +504,8 @@ func leaseTypeFromProto(t proto.LeaseType) (market.LeaseType, error) {
 // BookReason is a short label for why a book message was refused.
 func BookReason(err error) string {
 	switch {
+	case errors.Is(err, ErrBookOffer):
+		return "bad-offer"
 	case errors.Is(err, ErrTooLarge):
 		return "too-large"
 	case errors.Is(err, ErrEnvelope):

@@ -988,6 +988,7 @@ func bookSeeds(tb testing.TB) [][]byte {
 		nil, {0}, {0xff}, {0x0a, 0x00}, {0x12, 0x00}, {0x1a, 0x00}, {0x1a, 0x02, 0x0a, 0x00},
 		[]byte("not a book message at all"),
 	}
+	seeds = append(seeds, bookAttachedSeeds(tb)...)
 	for _, c := range bookBadCases() {
 		if c.want == p2p.ErrTooLarge {
 			continue // 33 KiB seeds slow every fuzz iteration's mutator

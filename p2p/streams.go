@@ -172,3 +172,73 @@ func RequestSync(ctx context.Context, h host.Host, p peer.ID, market string) ([]
 	}
 	return out, nil
 }
+
+// ReconcileProtocol carries a set reconciliation of one market's book: a
+// few rounds of proto.Reconcile each way on one stream (package exchange
+// says what the rounds mean).
+const ReconcileProtocol = protocol.ID("/suanli/book-reconcile/1.0.0")
+
+// Bounds on a reconciliation, kept by both sides: one message at most
+// MaxReconcileMessage bytes, a whole exchange at most ReconcileTimeout.
+const (
+	MaxReconcileMessage = 4 << 20
+	ReconcileTimeout    = 30 * time.Second
+)
+
+// ReconcileConn is one side of a reconciliation stream.
+type ReconcileConn struct {
+	s network.Stream
+	r pbio.ReadCloser
+	w pbio.WriteCloser
+}
+
+func newReconcileConn(s network.Stream) *ReconcileConn {
+	return &ReconcileConn{s: s, r: pbio.NewDelimitedReader(s, MaxReconcileMessage), w: pbio.NewDelimitedWriter(s)}
+}
+
+// Peer is the other side.
+func (c *ReconcileConn) Peer() peer.ID { return c.s.Conn().RemotePeer() }
+
+// Send writes one message.
+func (c *ReconcileConn) Send(m *proto.Reconcile) error { return c.w.WriteMsg(m) }
+
+// Recv reads one message.
+func (c *ReconcileConn) Recv() (*proto.Reconcile, error) {
+	var m proto.Reconcile
+	if err := c.r.ReadMsg(&m); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// Close ends the stream; Reset aborts it.
+func (c *ReconcileConn) Close() error { return c.s.Close() }
+
+// Reset aborts the stream.
+func (c *ReconcileConn) Reset() error { return c.s.Reset() }
+
+// HandleReconcile serves ReconcileProtocol on h: fn runs the responder's
+// side of each stream, within ReconcileTimeout.
+func HandleReconcile(h host.Host, fn func(c *ReconcileConn)) {
+	h.SetStreamHandler(ReconcileProtocol, func(s network.Stream) {
+		s.SetDeadline(time.Now().Add(ReconcileTimeout))
+		c := newReconcileConn(s)
+		defer c.Close()
+		fn(c)
+	})
+}
+
+// OpenReconcile opens a reconciliation stream to p, bounded by ctx's
+// deadline or ReconcileTimeout, whichever is sooner.
+func OpenReconcile(ctx context.Context, h host.Host, p peer.ID) (*ReconcileConn, error) {
+	s, err := h.NewStream(ctx, p, ReconcileProtocol)
+	if err != nil {
+		return nil, fmt.Errorf("p2p: open reconcile stream: %w", err)
+	}
+	dl := time.Now().Add(ReconcileTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	s.SetDeadline(dl)
+	return newReconcileConn(s), nil
+}

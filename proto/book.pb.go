@@ -1072,9 +1072,19 @@ type BookMessage struct {
 	//	*BookMessage_Order
 	//	*BookMessage_Cancel
 	//	*BookMessage_Fill
-	Body          isBookMessage_Body `protobuf_oneof:"body"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Body isBookMessage_Body `protobuf_oneof:"body"`
+	// offer, beside an ask, is the sealed Offer (offer.proto, in its
+	// envelope) that backs it: its maker's, or for a resale ask the resold
+	// lease's provider's. A replica checks the ask against it without a DHT
+	// lookup. Gossip carries it with each ask; a sync or reconcile answer
+	// with the first ask of each provider.
+	Offer []byte `protobuf:"bytes,4,opt,name=offer,proto3" json:"offer,omitempty"`
+	// cancelled_order, beside a cancel in a sync or reconcile answer or on
+	// gossip, is the sealed Order it withdraws: its expiry says how long
+	// replicas keep the cancel as a tombstone.
+	CancelledOrder []byte `protobuf:"bytes,5,opt,name=cancelled_order,json=cancelledOrder,proto3" json:"cancelled_order,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *BookMessage) Reset() {
@@ -1137,6 +1147,20 @@ func (x *BookMessage) GetFill() *Fill {
 		if x, ok := x.Body.(*BookMessage_Fill); ok {
 			return x.Fill
 		}
+	}
+	return nil
+}
+
+func (x *BookMessage) GetOffer() []byte {
+	if x != nil {
+		return x.Offer
+	}
+	return nil
+}
+
+func (x *BookMessage) GetCancelledOrder() []byte {
+	if x != nil {
+		return x.CancelledOrder
 	}
 	return nil
 }
@@ -1353,6 +1377,166 @@ func (x *SyncRequest) GetMarket() string {
 	return ""
 }
 
+// ReconcileRange describes the elements of a replica (open orders, cancel
+// and fill tombstones, each named by the SHA-256 of its kind and bytes)
+// whose IDs start with prefix, a path of 4-bit nibbles (one per byte,
+// 0..15). A small range lists its IDs; a large one sends their count and
+// fingerprint.
+type ReconcileRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Prefix        []byte                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	Count         uint32                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	Fingerprint   []byte                 `protobuf:"bytes,3,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	Ids           [][]byte               `protobuf:"bytes,4,rep,name=ids,proto3" json:"ids,omitempty"`
+	Listed        bool                   `protobuf:"varint,5,opt,name=listed,proto3" json:"listed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReconcileRange) Reset() {
+	*x = ReconcileRange{}
+	mi := &file_book_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconcileRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconcileRange) ProtoMessage() {}
+
+func (x *ReconcileRange) ProtoReflect() protoreflect.Message {
+	mi := &file_book_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconcileRange.ProtoReflect.Descriptor instead.
+func (*ReconcileRange) Descriptor() ([]byte, []int) {
+	return file_book_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ReconcileRange) GetPrefix() []byte {
+	if x != nil {
+		return x.Prefix
+	}
+	return nil
+}
+
+func (x *ReconcileRange) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ReconcileRange) GetFingerprint() []byte {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return nil
+}
+
+func (x *ReconcileRange) GetIds() [][]byte {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *ReconcileRange) GetListed() bool {
+	if x != nil {
+		return x.Listed
+	}
+	return false
+}
+
+// Reconcile is one message of a set reconciliation of a market's book over
+// /suanli/book-reconcile/1.0.0: ranges to compare, the IDs the sender
+// wants, and the elements it sends. done ends the exchange.
+type Reconcile struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Market        string                 `protobuf:"bytes,1,opt,name=market,proto3" json:"market,omitempty"`
+	Ranges        []*ReconcileRange      `protobuf:"bytes,2,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	Want          [][]byte               `protobuf:"bytes,3,rep,name=want,proto3" json:"want,omitempty"`
+	Items         []*BookMessage         `protobuf:"bytes,4,rep,name=items,proto3" json:"items,omitempty"`
+	Done          bool                   `protobuf:"varint,5,opt,name=done,proto3" json:"done,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Reconcile) Reset() {
+	*x = Reconcile{}
+	mi := &file_book_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Reconcile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reconcile) ProtoMessage() {}
+
+func (x *Reconcile) ProtoReflect() protoreflect.Message {
+	mi := &file_book_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reconcile.ProtoReflect.Descriptor instead.
+func (*Reconcile) Descriptor() ([]byte, []int) {
+	return file_book_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Reconcile) GetMarket() string {
+	if x != nil {
+		return x.Market
+	}
+	return ""
+}
+
+func (x *Reconcile) GetRanges() []*ReconcileRange {
+	if x != nil {
+		return x.Ranges
+	}
+	return nil
+}
+
+func (x *Reconcile) GetWant() [][]byte {
+	if x != nil {
+		return x.Want
+	}
+	return nil
+}
+
+func (x *Reconcile) GetItems() []*BookMessage {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *Reconcile) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
 var File_book_proto protoreflect.FileDescriptor
 
 const file_book_proto_rawDesc = "" +
@@ -1447,11 +1631,13 @@ const file_book_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\"2\n" +
 	"\x04Fill\x12\x12\n" +
 	"\x04take\x18\x01 \x01(\fR\x04take\x12\x16\n" +
-	"\x06accept\x18\x02 \x01(\fR\x06accept\"n\n" +
+	"\x06accept\x18\x02 \x01(\fR\x06accept\"\xad\x01\n" +
 	"\vBookMessage\x12\x16\n" +
 	"\x05order\x18\x01 \x01(\fH\x00R\x05order\x12\x18\n" +
 	"\x06cancel\x18\x02 \x01(\fH\x00R\x06cancel\x12%\n" +
-	"\x04fill\x18\x03 \x01(\v2\x0f.suanli.v1.FillH\x00R\x04fillB\x06\n" +
+	"\x04fill\x18\x03 \x01(\v2\x0f.suanli.v1.FillH\x00R\x04fill\x12\x14\n" +
+	"\x05offer\x18\x04 \x01(\fR\x05offer\x12'\n" +
+	"\x0fcancelled_order\x18\x05 \x01(\fR\x0ecancelledOrderB\x06\n" +
 	"\x04body\"\"\n" +
 	"\fTradeRequest\x12\x12\n" +
 	"\x04take\x18\x01 \x01(\fR\x04take\"z\n" +
@@ -1462,7 +1648,19 @@ const file_book_proto_rawDesc = "" +
 	"\x06resale\x18\x03 \x01(\v2\x16.suanli.v1.ResaleReplyH\x00R\x06resaleB\x06\n" +
 	"\x04body\"%\n" +
 	"\vSyncRequest\x12\x16\n" +
-	"\x06market\x18\x01 \x01(\tR\x06market*8\n" +
+	"\x06market\x18\x01 \x01(\tR\x06market\"\x8a\x01\n" +
+	"\x0eReconcileRange\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\fR\x06prefix\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\rR\x05count\x12 \n" +
+	"\vfingerprint\x18\x03 \x01(\fR\vfingerprint\x12\x10\n" +
+	"\x03ids\x18\x04 \x03(\fR\x03ids\x12\x16\n" +
+	"\x06listed\x18\x05 \x01(\bR\x06listed\"\xac\x01\n" +
+	"\tReconcile\x12\x16\n" +
+	"\x06market\x18\x01 \x01(\tR\x06market\x121\n" +
+	"\x06ranges\x18\x02 \x03(\v2\x19.suanli.v1.ReconcileRangeR\x06ranges\x12\x12\n" +
+	"\x04want\x18\x03 \x03(\fR\x04want\x12,\n" +
+	"\x05items\x18\x04 \x03(\v2\x16.suanli.v1.BookMessageR\x05items\x12\x12\n" +
+	"\x04done\x18\x05 \x01(\bR\x04done*8\n" +
 	"\x04Side\x12\x14\n" +
 	"\x10SIDE_UNSPECIFIED\x10\x00\x12\f\n" +
 	"\bSIDE_BID\x10\x01\x12\f\n" +
@@ -1489,25 +1687,27 @@ func file_book_proto_rawDescGZIP() []byte {
 }
 
 var file_book_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_book_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_book_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_book_proto_goTypes = []any{
-	(Side)(0),            // 0: suanli.v1.Side
-	(LeaseType)(0),       // 1: suanli.v1.LeaseType
-	(TimeInForce)(0),     // 2: suanli.v1.TimeInForce
-	(*Order)(nil),        // 3: suanli.v1.Order
-	(*Constraints)(nil),  // 4: suanli.v1.Constraints
-	(*Cancel)(nil),       // 5: suanli.v1.Cancel
-	(*Take)(nil),         // 6: suanli.v1.Take
-	(*Lease)(nil),        // 7: suanli.v1.Lease
-	(*PriceWindow)(nil),  // 8: suanli.v1.PriceWindow
-	(*Accept)(nil),       // 9: suanli.v1.Accept
-	(*Reject)(nil),       // 10: suanli.v1.Reject
-	(*Fill)(nil),         // 11: suanli.v1.Fill
-	(*BookMessage)(nil),  // 12: suanli.v1.BookMessage
-	(*TradeRequest)(nil), // 13: suanli.v1.TradeRequest
-	(*TradeReply)(nil),   // 14: suanli.v1.TradeReply
-	(*SyncRequest)(nil),  // 15: suanli.v1.SyncRequest
-	(*ResaleReply)(nil),  // 16: suanli.v1.ResaleReply
+	(Side)(0),              // 0: suanli.v1.Side
+	(LeaseType)(0),         // 1: suanli.v1.LeaseType
+	(TimeInForce)(0),       // 2: suanli.v1.TimeInForce
+	(*Order)(nil),          // 3: suanli.v1.Order
+	(*Constraints)(nil),    // 4: suanli.v1.Constraints
+	(*Cancel)(nil),         // 5: suanli.v1.Cancel
+	(*Take)(nil),           // 6: suanli.v1.Take
+	(*Lease)(nil),          // 7: suanli.v1.Lease
+	(*PriceWindow)(nil),    // 8: suanli.v1.PriceWindow
+	(*Accept)(nil),         // 9: suanli.v1.Accept
+	(*Reject)(nil),         // 10: suanli.v1.Reject
+	(*Fill)(nil),           // 11: suanli.v1.Fill
+	(*BookMessage)(nil),    // 12: suanli.v1.BookMessage
+	(*TradeRequest)(nil),   // 13: suanli.v1.TradeRequest
+	(*TradeReply)(nil),     // 14: suanli.v1.TradeReply
+	(*SyncRequest)(nil),    // 15: suanli.v1.SyncRequest
+	(*ReconcileRange)(nil), // 16: suanli.v1.ReconcileRange
+	(*Reconcile)(nil),      // 17: suanli.v1.Reconcile
+	(*ResaleReply)(nil),    // 18: suanli.v1.ResaleReply
 }
 var file_book_proto_depIdxs = []int32{
 	0,  // 0: suanli.v1.Order.side:type_name -> suanli.v1.Side
@@ -1520,12 +1720,14 @@ var file_book_proto_depIdxs = []int32{
 	8,  // 7: suanli.v1.Lease.schedule:type_name -> suanli.v1.PriceWindow
 	7,  // 8: suanli.v1.Accept.lease:type_name -> suanli.v1.Lease
 	11, // 9: suanli.v1.BookMessage.fill:type_name -> suanli.v1.Fill
-	16, // 10: suanli.v1.TradeReply.resale:type_name -> suanli.v1.ResaleReply
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	18, // 10: suanli.v1.TradeReply.resale:type_name -> suanli.v1.ResaleReply
+	16, // 11: suanli.v1.Reconcile.ranges:type_name -> suanli.v1.ReconcileRange
+	12, // 12: suanli.v1.Reconcile.items:type_name -> suanli.v1.BookMessage
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_book_proto_init() }
@@ -1550,7 +1752,7 @@ func file_book_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_book_proto_rawDesc), len(file_book_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -72,6 +72,7 @@ func TestUsageErrors(t *testing.T) {
 		{name: "devnet zero providers", args: []string{"devnet", "--providers", "0"}, wantErr: "--providers and --buyers must be 1..200"},
 		{name: "simnet too few nodes", args: []string{"simnet", "--nodes", "3"}, wantErr: "simnet: 3 nodes, want 4..2000"},
 		{name: "simnet inter latency too high", args: []string{"simnet", "--inter", "50ms"}, wantErr: "want inter 0..40ms"},
+		{name: "simnet hostile share too high", args: []string{"simnet", "--attack", "--hostile", "0.9"}, wantErr: "simnet: attack share 0.9, want 0..0.5"},
 		{name: "gpus unknown sim model", args: []string{"gpus", "--gpu-sim", "dgxh999"}, wantErr: "want one of dgxa100"},
 		{name: "bid price zero", args: []string{"--repo", repo, "bid", "--gpu", "nvidia-h100-sxm5-80gb", "--count", "1", "--price", "0", "--duration", "1m"}, wantErr: "--price 0: want more than 0"},
 		{name: "bid price too high", args: []string{"--repo", repo, "bid", "--gpu", "nvidia-h100-sxm5-80gb", "--count", "1", "--price", "1000000000", "--duration", "1m"}, wantErr: "at most 1000000.00 USD"},

@@ -21,6 +21,8 @@ func cmdSimnet(e *env, args []string) error {
 	fs.Float64Var(&cfg.ProviderShare, "providers", 0.25, "share of nodes that are providers, in (0, 1)")
 	fs.IntVar(&cfg.Samples, "samples", 20, "`K` samples per measure")
 	fs.BoolVar(&cfg.Faults, "faults", false, "after the measures: partition east from west and heal, then churn")
+	attack := fs.Bool("attack", false, "after the measures: hostile peers flood the market (valid bids from fresh keys, broken signatures, replays); measure again")
+	fs.Float64Var(&cfg.Attack, "hostile", 0.1, "with --attack: hostile peers as a `share` of the nodes")
 	timeout := fs.Duration("timeout", 30*time.Minute, "fail if the run takes longer than `duration`")
 	logLevel := fs.String("log-level", "info", "progress log level on stderr: debug, info, warn or error")
 	if err := parse(e, fs, args, 0); err != nil {
@@ -29,6 +31,9 @@ func cmdSimnet(e *env, args []string) error {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("%w: --log-level: %v", errUsage, err)
+	}
+	if !*attack {
+		cfg.Attack = 0
 	}
 	if err := cfg.Check(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)

@@ -169,8 +169,7 @@ func (s *sim) trades(ctx context.Context, net *network, rep *Report, rng *mrand.
 		asks = append(asks, o.ID)
 	}
 	// Every replica validates each ask against its provider's offer,
-	// fetched from the DHT on first sight; count the replicas that got
-	// every ask.
+	// which travels with the ask; count the replicas that got every ask.
 	holdAll := func(n *node.Node) bool {
 		for _, id := range asks {
 			if !n.HoldsOrder(Market, "USD", id) {
@@ -180,6 +179,7 @@ func (s *sim) trades(ctx context.Context, net *network, rep *Report, rng *mrand.
 		return true
 	}
 	full := 0
+	placed := time.Now()
 	waitEvery(ctx, 30*time.Second, 50*time.Millisecond, func() bool {
 		full = 0
 		for _, n := range net.nodes {
@@ -190,6 +190,9 @@ func (s *sim) trades(ctx context.Context, net *network, rep *Report, rng *mrand.
 		return full == len(net.nodes)
 	})
 	rep.AskReplicas, rep.AskReplicasFull = len(net.nodes), full
+	if full == len(net.nodes) {
+		rep.AskAllSeconds = time.Since(placed).Seconds()
+	}
 	buyers := net.nodes[net.providers:]
 	samples := min(cfg.Samples, 4*net.providers, len(buyers))
 	order := rng.Perm(len(buyers))

@@ -78,10 +78,28 @@ type Report struct {
 	FaultsError string `json:"faults_error,omitempty"`
 	// AskReplicasFull of AskReplicas replicas held every provider's ask
 	// 30 s after they were placed.
-	AskReplicas     int     `json:"ask_replicas"`
-	AskReplicasFull int     `json:"ask_replicas_full"`
-	StartSeconds    float64 `json:"start_seconds"`
-	Seconds         float64 `json:"seconds"`
+	AskReplicas     int `json:"ask_replicas"`
+	AskReplicasFull int `json:"ask_replicas_full"`
+	// AskAllSeconds is how long after the asks were placed every replica
+	// held every ask (0 when they never all did).
+	AskAllSeconds float64 `json:"ask_all_seconds"`
+	// PartitionCancels bids, held by every replica, were cancelled by
+	// their makers on one side of the partition; CancelledLeft is how many
+	// (replica, bid) pairs still held one once the books converged.
+	PartitionCancels int `json:"partition_cancels"`
+	CancelledLeft    int `json:"cancelled_left"`
+	// Memory: the Go heap in use per node once the core measures ran
+	// (after a GC), the memory the runtime took from the OS per node, and
+	// the process's peak RSS, in MiB.
+	HeapPerNodeMiB float64 `json:"heap_per_node_mib"`
+	SysPerNodeMiB  float64 `json:"sys_per_node_mib"`
+	MaxRSSMiB      float64 `json:"max_rss_mib"`
+	// HostileIDs is how many hostile identities flooded (Config.Attack);
+	// AttackError says why the attack measures stopped, if they did.
+	HostileIDs   int     `json:"hostile_ids,omitempty"`
+	AttackError  string  `json:"attack_error,omitempty"`
+	StartSeconds float64 `json:"start_seconds"`
+	Seconds      float64 `json:"seconds"`
 }
 
 // Measure returns the named measure, or false.
@@ -148,9 +166,20 @@ func (r *Report) Print(w io.Writer) {
 			fmt.Fprintf(w, "note: %s: %s\n", m.Name, m.Note)
 		}
 	}
-	fmt.Fprintf(w, "asks: %d of %d replicas held every provider's ask within 30 s\n", r.AskReplicasFull, r.AskReplicas)
+	fmt.Fprintf(w, "asks: %d of %d replicas held every provider's ask within 30 s", r.AskReplicasFull, r.AskReplicas)
+	if r.AskAllSeconds > 0 {
+		fmt.Fprintf(w, " (all of them after %.1f s)", r.AskAllSeconds)
+	}
+	fmt.Fprintln(w)
+	if r.PartitionCancels > 0 {
+		fmt.Fprintf(w, "partition: %d bids cancelled on one side; (replica, cancelled bid) pairs left after heal: %d\n", r.PartitionCancels, r.CancelledLeft)
+	}
+	fmt.Fprintf(w, "memory: Go heap %.1f MiB per node, runtime total %.1f MiB per node, peak RSS %.0f MiB\n", r.HeapPerNodeMiB, r.SysPerNodeMiB, r.MaxRSSMiB)
 	if r.FaultsError != "" {
 		fmt.Fprintf(w, "faults stopped early: %s\n", r.FaultsError)
+	}
+	if r.AttackError != "" {
+		fmt.Fprintf(w, "attack measures stopped early: %s\n", r.AttackError)
 	}
 	if r.Converged != nil {
 		fmt.Fprintf(w, "books converged after heal: %v\n", *r.Converged)

@@ -13,7 +13,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -53,6 +55,11 @@ type Config struct {
 	// Faults runs, after the core measures, an east-west partition that
 	// heals, then churn (a tenth of the buyers drop out and come back).
 	Faults bool
+	// Attack, when above zero, runs after the core measures hostile peers
+	// numbering this share of the nodes (each with a few identities) that
+	// flood the market's topic, and measures honest propagation and
+	// crossing again while they do. At most 0.5.
+	Attack float64
 	// Dir holds the nodes' repos; empty: a temporary directory, removed.
 	Dir string
 	// Logger for the harness's progress; default: discard. Nodes log
@@ -96,6 +103,8 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("simnet: provider share %v, want in (0, 1)", c.ProviderShare)
 	case c.Samples < 1:
 		return fmt.Errorf("simnet: %d samples, want at least 1", c.Samples)
+	case c.Attack < 0 || c.Attack > 0.5:
+		return fmt.Errorf("simnet: attack share %v, want 0..0.5", c.Attack)
 	}
 	if p := c.providers(); p < c.Regions || p >= c.Nodes-1 {
 		return fmt.Errorf("simnet: %d providers of %d nodes: want at least one per region and two buyers", p, c.Nodes)
@@ -252,6 +261,19 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := s.measure(ctx, net, rep); err != nil {
 		return nil, err
 	}
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	rep.HeapPerNodeMiB = float64(ms.HeapInuse) / float64(cfg.Nodes) / (1 << 20)
+	rep.SysPerNodeMiB = float64(ms.Sys) / float64(cfg.Nodes) / (1 << 20)
+	if cfg.Attack > 0 {
+		if err := s.attack(ctx, net, rep); err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			rep.AttackError = err.Error()
+		}
+	}
 	if cfg.Faults {
 		// A fault run that fails still leaves the core measures to report.
 		if err := s.faults(ctx, net, rep); err != nil {
@@ -262,6 +284,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	rep.Seconds = time.Since(start).Seconds()
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		rep.MaxRSSMiB = float64(ru.Maxrss) / 1024 // KiB on Linux
+	}
 	return rep, nil
 }
 

@@ -56,6 +56,9 @@ func checkFaults(t *testing.T, rep *Report, samples int) {
 	if rep.Converged == nil || !*rep.Converged {
 		t.Errorf("books converged after heal and churn = %v, want true", rep.Converged)
 	}
+	if rep.PartitionCancels == 0 || rep.CancelledLeft != 0 {
+		t.Errorf("%d bids cancelled during the partition, %d still held after the heal; want some, none", rep.PartitionCancels, rep.CancelledLeft)
+	}
 	for _, name := range []string{MeasurePartitionProp, MeasureHealProp, MeasureChurnProp} {
 		if m, ok := rep.Measure(name); !ok || m.Stats.Count != samples {
 			t.Errorf("fault measure %q = %+v, want %d samples", name, m.Stats, samples)
@@ -78,6 +81,31 @@ func TestConfigRefused(t *testing.T) {
 	} {
 		if _, err := Run(context.Background(), c); err == nil {
 			t.Errorf("Run(%+v) = nil error, want a refusal", c)
+		}
+	}
+}
+
+// TestRunAttack runs a 12-node network with hostile peers flooding (a
+// quarter of the nodes, three identities each): honest propagation and
+// crossing are measured again under the flood, beside the same run's
+// figures without it. Nothing about timing is asserted.
+func TestRunAttack(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	samples := 3
+	rep, err := Run(ctx, Config{Nodes: 12, Regions: 3, ProviderShare: 0.25, Samples: samples, Dir: t.TempDir(), Attack: 0.25})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if testing.Verbose() {
+		rep.Print(os.Stderr)
+	}
+	if rep.AttackError != "" || rep.HostileIDs != 3*attackKeys {
+		t.Fatalf("attack: %d hostile identities, error %q; want %d, none", rep.HostileIDs, rep.AttackError, 3*attackKeys)
+	}
+	for _, name := range []string{MeasureAttackProp, MeasureAttackCross} {
+		if m, ok := rep.Measure(name); !ok || m.Stats.Count != samples || m.Floor <= 0 {
+			t.Errorf("measure %q = %+v, want %d samples beside a floor", name, m, samples)
 		}
 	}
 }

@@ -34,6 +34,11 @@ const (
 	// and the fills it is a party to.
 	authorRate  = 2 * orderRate
 	authorBurst = 2 * orderBurst
+	// MaxOrdersPerMaker caps the orders one maker rests in a replica: a
+	// flood of valid orders from a few keys fills a replica only up to this
+	// per key (and is not relayed beyond it); past it the maker's smallest
+	// order IDs stay, the same on every replica.
+	MaxOrdersPerMaker = 100
 	// OfferFetchTimeout bounds fetching an ask's offer while validating it.
 	OfferFetchTimeout = 5 * time.Second
 	// syncPeers is how many peers a node asks for a market's open orders.
@@ -43,6 +48,9 @@ const (
 	meshWait = 2 * time.Second
 	// DefaultSweepInterval is how often the replicas drop expired orders.
 	DefaultSweepInterval = 30 * time.Second
+	// DefaultReconcileInterval is how often a replica reconciles a market
+	// with one random peer of its topic.
+	DefaultReconcileInterval = 10 * time.Second
 	// resyncRate and resyncBurst bound the re-syncs from peers that join a
 	// market's topic after the first sync, per market.
 	resyncRate  = 1
@@ -71,28 +79,60 @@ type Trade struct {
 // reached inside [Books.With] or [Books.Each], under the Books lock.
 type Replica struct {
 	// Book is the replica's order book; Index its spot-price index.
-	Book  *market.Book
-	Index *market.Index
-	envs  map[string][]byte
-	fills []Trade
+	Book   *market.Book
+	Index  *market.Index
+	envs   map[string][]byte
+	offers map[string][]byte          // the sealed offer an open ask travelled with
+	maker  map[string]string          // the maker of each open order, by ID
+	count  map[string]map[string]bool // the open orders of each maker
+	fills  []Trade
+	tombs  *tombs // the market's, shared by its replicas in every currency
 }
 
 // Rest adds an order to the book and keeps its envelope for late joiners.
+// An order its maker cancelled (a tombstone this replica keeps until the
+// order's expiry) is refused as a duplicate.
 func (s *Replica) Rest(o *market.Order, env []byte, now time.Time) error {
+	if s.tombs.cancelled(o, env) {
+		return fmt.Errorf("%w: order %s was cancelled", market.ErrDuplicate, o.ID)
+	}
 	if err := s.Book.Add(o, now); err != nil {
 		return err
 	}
 	s.envs[o.ID] = env
+	s.maker[o.ID] = o.Maker
+	if s.count[o.Maker] == nil {
+		s.count[o.Maker] = map[string]bool{}
+	}
+	s.count[o.Maker][o.ID] = true
 	return nil
 }
 
-// Cancel withdraws maker's order id from the book.
+// Cancel withdraws maker's order id from the book and keeps a tombstone
+// of it until the order's expiry, so that a sync or reconciliation that
+// brings the order again does not rest it.
 func (s *Replica) Cancel(id, maker string) error {
+	o, _, ok := s.Book.Lookup(id)
 	if err := s.Book.Cancel(id, maker); err != nil {
 		return err
 	}
-	delete(s.envs, id)
+	if ok {
+		s.tombs.addCancel(id, maker, nil, s.envs[id], o.Expires)
+	}
+	s.drop(id)
 	return nil
+}
+
+// drop forgets the envelope and offer of an order that left the book.
+func (s *Replica) drop(id string) {
+	delete(s.envs, id)
+	delete(s.offers, id)
+	if m, ok := s.maker[id]; ok {
+		delete(s.maker, id)
+		if delete(s.count[m], id); len(s.count[m]) == 0 {
+			delete(s.count, m)
+		}
+	}
 }
 
 // Fills are the replica's recent fills, oldest first. The slice is the
@@ -120,6 +160,10 @@ type Hooks struct {
 	// Crossable is called from the Books' loop when one of this node's
 	// resting orders in mkt may cross a new opposite order.
 	Crossable func(mkt string)
+	// OfferFor is the sealed offer that backs an ask this node publishes
+	// (its own, or for a resale ask the lease's provider's), or nil: it
+	// travels with the ask.
+	OfferFor func(po *proto.Order) []byte
 }
 
 // Config is what Books needs from its node.
@@ -129,8 +173,13 @@ type Config struct {
 	// Providers lists up to max providers of a market (the DHT), for a
 	// sync when the topic has too few peers.
 	Providers func(ctx context.Context, mkt string, max int) []peer.AddrInfo
-	Now       func() time.Time
-	Log       *slog.Logger
+	// Offers is the node's offer cache: an offer that travels with an ask
+	// is remembered there before the ask is checked (so CheckAsk finds it
+	// without the DHT), and the offers of the asks a replica hands on come
+	// from there. Optional.
+	Offers *Offers
+	Now    func() time.Time
+	Log    *slog.Logger
 	// Rejects counts refused messages by kind ("book", "fill", "sync") and
 	// reason; Orders and Fills count what was applied. All optional.
 	Rejects       *prometheus.CounterVec
@@ -142,7 +191,11 @@ type Config struct {
 	// resting; beyond it market.Evictee says which goes (default
 	// market.MaxRestingOrders). The node's own orders are never evicted.
 	MaxResting int
-	Hooks      Hooks
+	// ReconcileEvery is how often a replica reconciles each joined market
+	// with one random peer of its topic (default DefaultReconcileInterval;
+	// negative: never, only on reconnect).
+	ReconcileEvery time.Duration
+	Hooks          Hooks
 }
 
 // Books is a node's set of market replicas and their gossip. Its methods
@@ -153,7 +206,11 @@ type Books struct {
 	wg  sync.WaitGroup
 
 	mu       sync.Mutex
-	states   map[string]*Replica // by market + "/" + currency
+	states   map[string]*Replica       // by market + "/" + currency
+	tombs    map[string]*tombs         // by market
+	retries  map[string]*retry         // asks whose offer was not found yet, by order ID
+	reconc   map[peer.ID]*rate.Limiter // by peer asking to reconcile
+	rkick    chan struct{}             // a reconciliation is due soon
 	topics   map[string]*pubsub.Topic
 	joined   map[string]time.Time      // when each topic was joined
 	limiters map[string]*rate.Limiter  // by maker
@@ -178,16 +235,23 @@ func New(cfg Config) *Books {
 	if cfg.MaxResting <= 0 {
 		cfg.MaxResting = market.MaxRestingOrders
 	}
+	if cfg.ReconcileEvery == 0 {
+		cfg.ReconcileEvery = DefaultReconcileInterval
+	}
 	return &Books{
 		cfg:      cfg,
 		ctx:      context.Background(),
 		states:   map[string]*Replica{},
+		tombs:    map[string]*tombs{},
+		retries:  map[string]*retry{},
+		reconc:   map[peer.ID]*rate.Limiter{},
 		topics:   map[string]*pubsub.Topic{},
 		joined:   map[string]time.Time{},
 		limiters: map[string]*rate.Limiter{},
 		authors:  map[peer.ID]*rate.Limiter{},
 		syncers:  map[peer.ID]*rate.Limiter{},
 		kick:     make(chan string, 64),
+		rkick:    make(chan struct{}, 1),
 	}
 }
 
@@ -196,8 +260,16 @@ func New(cfg Config) *Books {
 // Call it once, before JoinMarket.
 func (b *Books) Start(ctx context.Context) {
 	b.ctx = ctx
-	b.wg.Add(1)
+	b.wg.Add(2)
 	go b.loop()
+	go b.retryLoop()
+	if b.cfg.Host != nil {
+		p2p.HandleReconcile(b.cfg.Host, b.answerReconcile)
+		if b.cfg.ReconcileEvery > 0 {
+			b.wg.Add(1)
+			go b.reconcileLoop()
+		}
+	}
 }
 
 // Wait waits for the goroutines Start and JoinMarket began, once the
@@ -221,7 +293,8 @@ func (b *Books) state(mkt, cur string) (*Replica, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Replica{Book: bk, Index: ix, envs: map[string][]byte{}}
+	s := &Replica{Book: bk, Index: ix, envs: map[string][]byte{}, offers: map[string][]byte{},
+		maker: map[string]string{}, count: map[string]map[string]bool{}, tombs: b.tombsOf(mkt)}
 	b.states[k] = s
 	return s, nil
 }
@@ -333,9 +406,12 @@ func (b *Books) evictLocked(s *Replica, arrived market.Side) string {
 	if !ok {
 		return ""
 	}
-	if err := s.Cancel(v.ID, v.Maker); err != nil {
+	// Not a cancel: no tombstone, the order may come back when there is
+	// room.
+	if err := s.Book.Cancel(v.ID, v.Maker); err != nil {
 		return ""
 	}
+	s.drop(v.ID)
 	return v.ID
 }
 
@@ -398,13 +474,20 @@ func (b *Books) Sweep() {
 	defer b.mu.Unlock()
 	for _, s := range b.states {
 		for _, id := range s.Book.Sweep(now) {
-			delete(s.envs, id)
+			s.drop(id)
 		}
+	}
+	for _, t := range b.tombs {
+		t.sweep(now)
 	}
 }
 
 // Apply applies a verified book event to the replica of mkt.
-func (b *Books) Apply(mkt string, ev *p2p.BookEvent) {
+func (b *Books) Apply(mkt string, ev *p2p.BookEvent) { b.apply(mkt, ev) }
+
+// apply is Apply, reporting whether the replica changed: an order
+// rested, a cancel or a fill it did not have.
+func (b *Books) apply(mkt string, ev *p2p.BookEvent) bool {
 	now := b.cfg.Now()
 	switch ev.Kind {
 	case p2p.KindOrder:
@@ -415,13 +498,26 @@ func (b *Books) Apply(mkt string, ev *p2p.BookEvent) {
 		if err == nil {
 			err = s.Rest(o, ev.Envelope, now)
 		}
+		mine := false
 		if err == nil {
-			evicted = b.evictLocked(s, o.Side)
+			if ev.OfferEnvelope != nil {
+				s.offers[o.ID] = ev.OfferEnvelope
+			}
+			for _, id := range b.evictMaker(s, o.Maker) {
+				b.reject("book", "maker-evicted")
+				mine = mine || id == o.ID
+			}
+			if !mine {
+				evicted = b.evictLocked(s, o.Side)
+			}
 		}
 		b.mu.Unlock()
+		if mine {
+			return false
+		}
 		if evicted == o.ID {
 			b.reject("book", "book-full")
-			return
+			return false
 		}
 		if evicted != "" {
 			b.reject("book", "evicted")
@@ -431,7 +527,7 @@ func (b *Books) Apply(mkt string, ev *p2p.BookEvent) {
 				b.reject("book", market.Reason(err))
 				b.cfg.Log.Debug("order not added", "order", o.ID, "err", err)
 			}
-			return
+			return false
 		}
 		inc(b.cfg.Orders)
 		if b.cfg.Host == nil || o.Maker != b.cfg.Host.ID().String() {
@@ -439,32 +535,55 @@ func (b *Books) Apply(mkt string, ev *p2p.BookEvent) {
 		}
 	case p2p.KindCancel:
 		maker, _ := peer.IDFromBytes(ev.Cancel.Maker)
+		id := ev.Cancel.OrderId
+		// Until the order's expiry when it is known; else as long as any
+		// order could live.
+		exp := time.UnixMilli(ev.Cancel.CreatedUnixMs).Add(market.MaxOrderTTL + market.MaxClockSkew)
+		orderEnv := ev.CancelledEnvelope
+		if ev.CancelledOrder != nil {
+			exp = ev.CancelledOrder.Expires
+		}
 		b.mu.Lock()
 		for _, s := range b.states {
-			if s.Book.Market() == mkt {
-				s.Cancel(ev.Cancel.OrderId, maker.String())
+			if s.Book.Market() != mkt {
+				continue
 			}
+			if o, _, ok := s.Book.Lookup(id); ok && o.Maker == maker.String() {
+				exp, orderEnv = o.Expires, s.envs[id]
+				s.Book.Cancel(id, o.Maker)
+				s.drop(id)
+			}
+		}
+		t := b.tombsOf(mkt)
+		_, had := t.cancels[cancelKey{maker.String(), id}]
+		if !t.addCancel(id, maker.String(), ev.Envelope, orderEnv, exp) {
+			b.reject("book", "tombstones-full")
 		}
 		b.mu.Unlock()
 		if b.cfg.Hooks.Cancelled != nil {
 			b.cfg.Hooks.Cancelled(ev.Cancel.OrderId)
 		}
+		return !had
 	case p2p.KindFill:
-		b.ApplyFill(ev)
+		return b.applyFill(ev)
 	}
+	return true
 }
 
 // ApplyFill applies a verified fill once: book, index and recent fills,
 // then the hooks (the node's store, its own orders and leases). A fill
 // already applied is a no-op.
-func (b *Books) ApplyFill(ev *p2p.BookEvent) {
+func (b *Books) ApplyFill(ev *p2p.BookEvent) { b.applyFill(ev) }
+
+// applyFill is ApplyFill, reporting whether the fill was new.
+func (b *Books) applyFill(ev *p2p.BookEvent) bool {
 	f := *ev.Fill
 	now := b.cfg.Now()
 	b.mu.Lock()
 	s, err := b.state(f.Market, f.Currency)
 	if err != nil {
 		b.mu.Unlock()
-		return
+		return false
 	}
 	if err := s.Book.ApplyFill(f); err != nil {
 		b.mu.Unlock()
@@ -475,7 +594,7 @@ func (b *Books) ApplyFill(ev *p2p.BookEvent) {
 				b.cfg.Hooks.FillRefused(ev, err)
 			}
 		}
-		return
+		return false
 	}
 	if err := s.Index.Add(f, now); err != nil {
 		b.cfg.Log.Debug("fill not indexed", "fill", f.ID, "err", err)
@@ -483,8 +602,11 @@ func (b *Books) ApplyFill(ev *p2p.BookEvent) {
 	index, _ := s.Index.Value(now)
 	for _, id := range []string{f.BidID, f.AskID} {
 		if _, _, ok := s.Book.Lookup(id); !ok {
-			delete(s.envs, id)
+			s.drop(id)
 		}
+	}
+	if ev.Raw != nil && !s.tombs.addFill(f, ev.Raw) {
+		b.reject("fill", "tombstones-full")
 	}
 	s.fills = append(s.fills, Trade{Fill: f, Lease: ev.Lease, Raw: ev.Raw})
 	if len(s.fills) > MaxRecentFills {
@@ -503,6 +625,7 @@ func (b *Books) ApplyFill(ev *p2p.BookEvent) {
 	if b.cfg.Hooks.Filled != nil {
 		b.cfg.Hooks.Filled(ev, index, party)
 	}
+	return true
 }
 
 // check is the stateful part of validation, shared by gossip and sync.
@@ -510,6 +633,11 @@ func (b *Books) check(ctx context.Context, ev *p2p.BookEvent) pubsub.ValidationR
 	switch ev.Kind {
 	case p2p.KindOrder:
 		o := ev.Order
+		if ev.Offer != nil && b.cfg.Offers != nil {
+			// Signed by its provider and valid (p2p.DecodeBook): worth
+			// keeping whatever becomes of the ask.
+			b.cfg.Offers.RememberSealed(ev.OfferProvider, ev.Offer, ev.OfferEnvelope)
+		}
 		if !b.allow(o.Maker) {
 			b.reject("book", "rate-limited")
 			return pubsub.ValidationIgnore
@@ -517,10 +645,19 @@ func (b *Books) check(ctx context.Context, ev *p2p.BookEvent) pubsub.ValidationR
 		if _, _, held := b.Lookup(o.Market, o.Currency, o.ID); held {
 			return pubsub.ValidationIgnore
 		}
+		if b.makerFull(o) {
+			// Not relayed either: a flood of valid orders from one key
+			// stops at the first hop once its maker is at the cap.
+			b.reject("book", "maker-full")
+			return pubsub.ValidationIgnore
+		}
 		if o.Side == market.Ask && b.cfg.Hooks.CheckAsk != nil {
 			if err := b.cfg.Hooks.CheckAsk(ctx, o, ev.OrderProto); err != nil {
 				if errors.Is(err, ErrOfferUnknown) {
+					// Transient: not yet known, or the lookup timed out.
+					// Retried in the background, never refused for good.
 					b.reject("book", "offer-unknown")
+					b.deferAsk(ev)
 					return pubsub.ValidationIgnore
 				}
 				b.reject("book", "offer-mismatch")
@@ -536,6 +673,50 @@ func (b *Books) check(ctx context.Context, ev *p2p.BookEvent) pubsub.ValidationR
 		}
 	}
 	return pubsub.ValidationAccept
+}
+
+// makerFull reports whether o's maker already rests MaxOrdersPerMaker
+// orders in o's replica, all with smaller IDs than o's. Which orders of a
+// maker past the cap a replica keeps must not depend on the order they
+// arrived in, or replicas would never agree: each keeps the maker's
+// smallest IDs (evictMaker drops the largest). This node's own orders
+// are never refused.
+func (b *Books) makerFull(o *market.Order) bool {
+	if b.cfg.Host != nil && o.Maker == b.cfg.Host.ID().String() {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s, ok := b.states[key(o.Market, o.Currency)]
+	if !ok || len(s.count[o.Maker]) < MaxOrdersPerMaker {
+		return false
+	}
+	return o.ID > largest(s.count[o.Maker])
+}
+
+func largest(ids map[string]bool) string {
+	top := ""
+	for id := range ids {
+		top = max(top, id)
+	}
+	return top
+}
+
+// evictMaker drops the largest IDs of maker's orders in s past
+// MaxOrdersPerMaker (not its own node's), without a tombstone, and
+// returns them. Callers hold b.mu.
+func (b *Books) evictMaker(s *Replica, maker string) []string {
+	if b.cfg.Host != nil && maker == b.cfg.Host.ID().String() {
+		return nil
+	}
+	var out []string
+	for len(s.count[maker]) > MaxOrdersPerMaker {
+		id := largest(s.count[maker])
+		s.Book.Cancel(id, maker)
+		s.drop(id)
+		out = append(out, id)
+	}
+	return out
 }
 
 // errNotJoined: a publication to a market this node has not joined.

@@ -5,14 +5,18 @@
 // [Books] owns every market replica of one node: it joins a market's
 // gossipsub topic, validates each book message (stateless checks in
 // package p2p, then the replica's own: duplicates, per-maker rate limits,
-// and, through a hook, whether an ask is backed by its provider's offer),
-// applies what is accepted, answers and asks for the open orders of late
-// joiners, sweeps expired orders on a ticker and tells its owner when one
-// of its resting orders may have become crossable. It holds one lock, its
-// own, and never across the network or a hook that may block on one.
+// and, through a hook, whether an ask is backed by its provider's offer,
+// which travels beside the ask; an offer not known yet is retried, never
+// refused for good), applies what is accepted, keeps cancels and fills as
+// tombstones, answers and asks for the open orders of late joiners,
+// reconciles each market's set of orders and tombstones with its peers
+// (reconcile.go: periodically, on a peer's return, cost growing with the
+// difference), sweeps expired orders on a ticker and tells its owner when
+// one of its resting orders may have become crossable. It holds one lock,
+// its own, and never across the network or a hook that may block on one.
 //
-// [Offers] owns the in-memory cache of validated offers and the DHT
-// lookups that fill it, answering repeated lookups of a market from
+// [Offers] owns the in-memory cache of validated offers (and their sealed
+// form, handed on beside asks) and the DHT lookups that fill it, answering repeated lookups of a market from
 // memory for a while and refreshing them in the background.
 //
 // Trading itself (takes, accepts, reservations of GPUs) and everything a

@@ -12,6 +12,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"golang.org/x/time/rate"
 
+	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -53,13 +54,15 @@ func (b *Books) JoinMarket(ctx context.Context, mkt string) error {
 	b.wg.Add(1)
 	go b.read(mkt, sub)
 	start := time.Now()
-	if !b.sync(ctx, mkt) {
-		// Nobody holding the book answered (a node that is still
-		// bootstrapping knows no one): sync when the first peer joins.
-		if evh, err := t.EventHandler(); err == nil {
-			b.wg.Add(1)
-			go b.syncOnPeer(mkt, evh)
-		}
+	// Peers that join the topic from now on: the first sync if this one
+	// finds nobody holding the book (a node that is still bootstrapping
+	// knows no one), then a reconciliation with each (after a partition
+	// heals, what either side did while cut off).
+	evh, err := t.EventHandler()
+	synced := b.sync(ctx, mkt)
+	if err == nil {
+		b.wg.Add(1)
+		go b.syncOnPeer(mkt, evh, synced)
 	}
 	b.cfg.Log.Info("joined market", "market", mkt, "sync", time.Since(start).Round(time.Millisecond))
 	return nil
@@ -175,42 +178,100 @@ func (b *Books) syncFrom(ctx context.Context, mkt string, p peer.ID) (answered b
 	} else {
 		answered = true
 	}
+	b.applyData(ctx, mkt, "sync", msgs)
+	return answered
+}
+
+// applyItems applies the book messages a peer sent by sync or
+// reconciliation (kind, for the rejects) as if they had been gossiped.
+func (b *Books) applyItems(ctx context.Context, mkt, kind string, items []*proto.BookMessage) (changed int) {
+	data := make([][]byte, 0, len(items))
+	for _, m := range items {
+		d, err := p2p.MarshalBook(m)
+		if err != nil {
+			b.reject(kind, "schema")
+			continue
+		}
+		data = append(data, d)
+	}
+	return b.applyData(ctx, mkt, kind, data)
+}
+
+// applyData is applyItems for encoded messages; it returns how many
+// changed the replica and were no longer in flight (settled).
+func (b *Books) applyData(ctx context.Context, mkt, kind string, msgs [][]byte) (changed int) {
 	for _, data := range msgs {
 		ev, err := p2p.DecodeBook(data, mkt, b.cfg.Now())
 		if err != nil {
 			// A fill may outlive the orders it names; anything else
 			// that fails is the peer's fault.
-			b.reject("sync", p2p.BookReason(err))
+			b.reject(kind, p2p.BookReason(err))
 			continue
 		}
-		if b.check(ctx, ev) == pubsub.ValidationAccept {
-			b.Apply(mkt, ev)
+		if b.check(ctx, ev) == pubsub.ValidationAccept && b.apply(mkt, ev) && settled(ev, b.cfg.Now()) {
+			changed++
 		}
 	}
-	return answered
+	return changed
 }
 
-// syncOnPeer syncs a market's book once the first peer joins its topic,
-// and from each peer that joins later (rate-limited): after a partition
-// heals, the orders gossiped on the other side are fetched.
-func (b *Books) syncOnPeer(mkt string, evh *pubsub.TopicEventHandler) {
+// inFlight is how long after its creation a book message may still be on
+// its way by gossip: one that arrives younger by sync or reconciliation
+// is not news that needs spreading.
+const inFlight = 5 * time.Second
+
+// settled reports whether ev was made more than inFlight before now.
+func settled(ev *p2p.BookEvent, now time.Time) bool {
+	var at time.Time
+	switch ev.Kind {
+	case p2p.KindOrder:
+		at = ev.Order.Created
+	case p2p.KindCancel:
+		at = time.UnixMilli(ev.Cancel.CreatedUnixMs)
+	case p2p.KindFill:
+		at = ev.Fill.Time
+	}
+	return now.Sub(at) > inFlight
+}
+
+// syncOnPeer syncs a market's book once the first peer joins its topic
+// (unless synced already), and reconciles with each peer that comes back
+// to the topic (rate-limited): after a partition heals, what was gossiped
+// on the other side, cancels and fills included, is exchanged both ways.
+func (b *Books) syncOnPeer(mkt string, evh *pubsub.TopicEventHandler, synced bool) {
 	defer b.wg.Done()
 	defer evh.Cancel()
-	synced := false
 	limit := rate.NewLimiter(resyncRate, resyncBurst)
+	// Peers seen in the topic before: a peer that joins for the first time
+	// is the topic forming (the sync covered it, or it syncs itself); one
+	// that comes back was cut off, and what it did meanwhile is exchanged.
+	seen := map[peer.ID]bool{}
 	for {
 		ev, err := evh.NextPeerEvent(b.ctx)
 		if err != nil {
 			return
 		}
+		if ev.Type != pubsub.PeerJoin {
+			continue
+		}
+		back := seen[ev.Peer]
+		if len(seen) > 100_000 {
+			clear(seen)
+		}
+		seen[ev.Peer] = true
 		switch {
-		case ev.Type != pubsub.PeerJoin:
 		case !synced:
 			synced = b.sync(b.ctx, mkt)
-		case limit.Allow():
-			// A peer that joins later may have been on the other side of
-			// a partition: ask it what it holds.
-			b.syncFrom(b.ctx, mkt, ev.Peer)
+		case back && limit.Allow():
+			// A peer that comes back may have been on the other side of
+			// a partition: reconcile with it (what either lacks, both
+			// ways, cancels and fills included).
+			ctx, cancel := context.WithTimeout(b.ctx, p2p.ReconcileTimeout)
+			st, err := b.ReconcileWith(ctx, mkt, ev.Peer)
+			cancel()
+			if err == nil && st.Changed > 0 {
+				b.kickReconcile()
+			}
 		}
 	}
 }
@@ -239,29 +300,12 @@ func (b *Books) AnswerSync(from peer.ID, mkt string) ([]*proto.BookMessage, erro
 
 var errSyncRate = errors.New("exchange: book sync asked too often")
 
-// SyncAnswer lists a market's open orders and recent fills for a late
-// joiner (p2p.HandleSync). An order that has expired is left out even
-// before the sweep drops it from the book.
+// SyncAnswer lists a market's open orders, with the offer of each
+// provider beside its first ask, the cancels and fills its replicas keep
+// as tombstones, for a late joiner (p2p.HandleSync). An order that has
+// expired is left out even before the sweep drops it from the book.
 func (b *Books) SyncAnswer(mkt string) []*proto.BookMessage {
-	now := b.cfg.Now()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []*proto.BookMessage
-	for _, s := range b.states {
-		if s.Book.Market() != mkt {
-			continue
-		}
-		for _, r := range s.fills {
-			out = append(out, &proto.BookMessage{Body: &proto.BookMessage_Fill{Fill: r.Raw}})
-		}
-		for id, env := range s.envs {
-			if o, _, ok := s.Book.Lookup(id); !ok || !o.Expires.After(now) {
-				continue
-			}
-			out = append(out, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}})
-		}
-	}
-	return out
+	return b.elements(mkt).messages()
 }
 
 // Publish gossips a book message whose event ev this node built and
@@ -275,6 +319,7 @@ func (b *Books) Publish(ctx context.Context, mkt string, m *proto.BookMessage, e
 	if t == nil {
 		return errNotJoined(mkt)
 	}
+	m = b.attach(m, ev)
 	data, err := p2p.MarshalBook(m)
 	if err != nil {
 		return err
@@ -288,4 +333,42 @@ func (b *Books) Publish(ctx context.Context, mkt string, m *proto.BookMessage, e
 		}
 	}
 	return t.Publish(ctx, data, pubsub.WithValidatorData(ev))
+}
+
+// attach returns m with what travels beside it: an ask's offer (Hooks.
+// OfferFor), which the replica keeps to hand on; a cancel's order, from
+// its tombstone, whose sealed form it records. ev gets the envelope of a
+// cancel, as DecodeBook would have set it.
+func (b *Books) attach(m *proto.BookMessage, ev *p2p.BookEvent) *proto.BookMessage {
+	switch {
+	case ev.Kind == p2p.KindOrder && ev.Order.Side == market.Ask && m.Offer == nil && b.cfg.Hooks.OfferFor != nil:
+		env := b.cfg.Hooks.OfferFor(ev.OrderProto)
+		if env == nil {
+			return m
+		}
+		o := ev.Order
+		b.With(o.Market, o.Currency, func(s *Replica) {
+			if _, _, ok := s.Book.Lookup(o.ID); ok {
+				s.offers[o.ID] = env
+			}
+		})
+		return &proto.BookMessage{Body: m.Body, Offer: env}
+	case ev.Kind == p2p.KindCancel && m.GetCancel() != nil:
+		ev.Envelope = m.GetCancel()
+		maker, err := peer.IDFromBytes(ev.Cancel.GetMaker())
+		if err != nil {
+			return m
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		c := b.tombsOf(ev.Cancel.Market).cancels[cancelKey{maker.String(), ev.Cancel.OrderId}]
+		if c == nil || c.order == nil {
+			return m
+		}
+		if c.env == nil {
+			c.env = ev.Envelope
+		}
+		return &proto.BookMessage{Body: m.Body, CancelledOrder: c.order}
+	}
+	return m
 }

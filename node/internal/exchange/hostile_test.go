@@ -1,11 +1,14 @@
 package exchange
 
 import (
+	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
@@ -144,5 +147,55 @@ func TestAnswerSyncRateLimited(t *testing.T) {
 	}
 	if msgs, err := b.AnswerSync("polite", mkt); err != nil || len(msgs) != 1 {
 		t.Fatalf("another peer: %d messages, %v", len(msgs), err)
+	}
+}
+
+// TestMakerCap: a maker resting MaxOrdersPerMaker orders in a replica
+// gets no more through validation (maker-full, not relayed) unless the
+// new order's ID is smaller than one it holds, which then replaces the
+// largest (every replica keeps the same orders of such a maker, whatever
+// order they came in); another maker still gets in (negative control),
+// and the first gets room again once one of its orders leaves the book.
+func TestMakerCap(t *testing.T) {
+	rejects := rejectsVec()
+	b := New(Config{Now: (&clock{t: t0}).now, Rejects: rejects})
+	bid := func(id, maker string) *p2p.BookEvent {
+		o := ask(id, maker, 1, 1_000_000)
+		o.Side, o.MinDuration, o.MaxDuration, o.Duration, o.Facts = market.Bid, 0, 0, time.Hour, market.Facts{}
+		return orderEvent(o)
+	}
+	for i := range MaxOrdersPerMaker {
+		b.Apply(mkt, bid(fmt.Sprintf("f%03d", i), "flooder"))
+	}
+	for i := range MaxOrdersPerMaker {
+		if !b.Holds(mkt, "USD", fmt.Sprintf("f%03d", i)) {
+			t.Fatalf("order %d under the cap is not held", i)
+		}
+	}
+	if res := b.check(context.Background(), bid("fz-over", "flooder")); res != pubsub.ValidationIgnore {
+		t.Fatalf("an order past the maker's cap: %v, want Ignore", res)
+	}
+	if n := count(rejects, "book", "maker-full"); n != 1 {
+		t.Fatalf("maker-full counted %v, want 1", n)
+	}
+	small := bid("f-small", "flooder")
+	if res := b.check(context.Background(), small); res != pubsub.ValidationAccept {
+		t.Fatalf("an order of a smaller ID past the cap: %v, want Accept", res)
+	}
+	b.Apply(mkt, small)
+	last := fmt.Sprintf("f%03d", MaxOrdersPerMaker-1)
+	if !b.Holds(mkt, "USD", "f-small") || b.Holds(mkt, "USD", last) || count(rejects, "book", "maker-evicted") != 1 {
+		t.Fatalf("the smaller ID should replace the largest %s", last)
+	}
+	if res := b.check(context.Background(), bid("other", "honest")); res != pubsub.ValidationAccept {
+		t.Fatalf("another maker's order: %v, want Accept", res)
+	}
+	b.With(mkt, "USD", func(s *Replica) {
+		if err := s.Cancel("f000", "flooder"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if res := b.check(context.Background(), bid("fz-room", "flooder")); res != pubsub.ValidationAccept {
+		t.Fatalf("after a cancel the maker has room: %v, want Accept", res)
 	}
 }

@@ -66,6 +66,11 @@ type Offers struct {
 
 	mu    sync.Mutex
 	cache map[peer.ID]*proto.Offer
+	envs  map[peer.ID][]byte // the sealed form of cache's offers, when known
+	own   struct {
+		offer *proto.Offer
+		env   []byte
+	}
 
 	dmu        sync.Mutex
 	lookups    map[string]lookup // the providers the last complete lookup of a key found
@@ -90,7 +95,7 @@ func NewOffers(ctx context.Context, cfg OffersConfig) *Offers {
 	if cfg.Published == nil {
 		cfg.Published = func() *proto.Offer { return nil }
 	}
-	return &Offers{cfg: cfg, ctx: ctx, cache: map[peer.ID]*proto.Offer{}, lookups: map[string]lookup{}, refreshing: map[string]bool{}}
+	return &Offers{cfg: cfg, ctx: ctx, cache: map[peer.ID]*proto.Offer{}, envs: map[peer.ID][]byte{}, lookups: map[string]lookup{}, refreshing: map[string]bool{}}
 }
 
 // Wait waits for the background refreshes.
@@ -121,20 +126,62 @@ func (x *Offers) Of(ctx context.Context, p peer.ID, minSeq uint64) (*proto.Offer
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrOfferUnknown, p, err)
 	}
-	x.Remember(f.Provider, f.Offer)
+	x.RememberSealed(f.Provider, f.Offer, f.Envelope)
 	return f.Offer, nil
 }
 
 // Remember caches a validated offer unless a newer one of p is held.
-func (x *Offers) Remember(p peer.ID, o *proto.Offer) {
+func (x *Offers) Remember(p peer.ID, o *proto.Offer) { x.RememberSealed(p, o, nil) }
+
+// RememberSealed is Remember with the offer's sealed envelope (nil if
+// unknown), which Sealed then hands out.
+func (x *Offers) RememberSealed(p peer.ID, o *proto.Offer, env []byte) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if cur, ok := x.cache[p]; !ok || cur.Seq < o.Seq {
+	if cur, ok := x.cache[p]; !ok || cur.Seq < o.Seq || (cur.Seq == o.Seq && x.envs[p] == nil && env != nil) {
 		if len(x.cache) > maxCachedOffers {
 			clear(x.cache)
+			clear(x.envs)
 		}
 		x.cache[p] = o
+		if env != nil {
+			x.envs[p] = env
+		} else {
+			delete(x.envs, p)
+		}
 	}
+}
+
+// Sealed is the sealed envelope of p's cached offer while it is
+// unexpired, or nil: what a replica hands on beside p's asks.
+func (x *Offers) Sealed(p peer.ID) []byte {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	o, ok := x.cache[p]
+	if !ok || !time.UnixMilli(o.ExpiresUnixMs).After(x.cfg.Now()) {
+		return nil
+	}
+	return x.envs[p]
+}
+
+// OwnSealed is this node's published offer sealed by seal, sealed once
+// per offer published, or nil when it publishes none.
+func (x *Offers) OwnSealed(seal func(*proto.Offer) ([]byte, error)) []byte {
+	o := x.cfg.Published()
+	if o == nil {
+		return nil
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.own.offer != o {
+		env, err := seal(o)
+		if err != nil {
+			x.cfg.Log.Warn("sealing own offer failed", "err", err)
+			return nil
+		}
+		x.own.offer, x.own.env = o, env
+	}
+	return x.own.env
 }
 
 // Cached is the cached offer of p, expired or not, or nil.
@@ -206,7 +253,7 @@ func (x *Offers) Lookup(ctx context.Context, key string, newest bool) (map[peer.
 	found, err := x.cfg.DHT.FindOffers(ctx, p2p.FindConfig{Market: key, Now: x.cfg.Now, Newest: newest})
 	for _, fo := range found {
 		inc(x.cfg.Found)
-		x.Remember(fo.Provider, fo.Offer)
+		x.RememberSealed(fo.Provider, fo.Offer, fo.Envelope)
 		offers[fo.Provider] = x.newest(fo.Provider, fo.Offer)
 		if x.cfg.Store != nil {
 			if err := x.cfg.Store.PutOffer(fo.Provider, fo.Envelope); err != nil {

@@ -1,0 +1,399 @@
+package exchange
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/p2p"
+	"github.com/suanli/suanli/proto"
+)
+
+// Multi-peer tests of the exchange on real libp2p hosts on 127.0.0.1
+// (TCP, noise, gossipsub with StrictSign), each with its own Books; every
+// assertion about another replica polls to a deadline.
+
+// netPeer is one host with its replicas.
+type netPeer struct {
+	key     crypto.PrivKey
+	h       host.Host
+	books   *Books
+	offers  *Offers
+	rejects *prometheus.CounterVec
+}
+
+// peerOpts configure newNetPeer.
+type peerOpts struct {
+	dht       bool          // a real DHT (alone: it serves no offer)
+	reconcile time.Duration // ReconcileEvery; 0: never periodically
+}
+
+// coverCheck is the ask rule the node applies (askFacts), reduced to what
+// these tests need: the maker's offer, from offers, has as many GPUs in
+// the market as the ask sells.
+func coverCheck(offers *Offers) func(ctx context.Context, o *market.Order, po *proto.Order) error {
+	return func(ctx context.Context, o *market.Order, po *proto.Order) error {
+		p, err := peer.Decode(o.Maker)
+		if err != nil {
+			return err
+		}
+		off, err := offers.Of(ctx, p, po.GetOfferSeq())
+		if err != nil {
+			return err
+		}
+		n := 0
+		for _, g := range off.Gpus {
+			if g.Market == o.Market {
+				n++
+			}
+		}
+		if uint32(n) < o.Quantity {
+			return fmt.Errorf("ask for %d GPUs, offer has %d", o.Quantity, n)
+		}
+		return nil
+	}
+}
+
+func newNetPeer(t *testing.T, opts peerOpts) *netPeer {
+	t.Helper()
+	k, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := p2p.NewHost(p2p.HostConfig{Key: k, Listen: []string{"/ip4/127.0.0.1/tcp/0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	np := &netPeer{key: k, h: h, rejects: rejectsVec()}
+	ps, err := p2p.NewPubSub(ctx, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d *p2p.DHT
+	if opts.dht {
+		if d, err = p2p.NewDHT(p2p.DHTConfig{Host: h}); err != nil {
+			t.Fatal(err)
+		}
+		np.offers = NewOffers(ctx, OffersConfig{DHT: d, Self: h.ID()})
+	}
+	every := opts.reconcile
+	if every == 0 {
+		every = -1
+	}
+	cfg := Config{Host: h, PubSub: ps, Rejects: np.rejects, ReconcileEvery: every, Offers: np.offers, Log: slog.New(slog.DiscardHandler)}
+	if np.offers != nil {
+		cfg.Hooks.CheckAsk = coverCheck(np.offers)
+	}
+	np.books = New(cfg)
+	np.books.Start(ctx)
+	p2p.HandleSync(h, np.books.AnswerSync) // as the node does
+	t.Cleanup(func() {
+		cancel()
+		np.books.Wait()
+		if np.offers != nil {
+			np.offers.Wait()
+		}
+		if d != nil {
+			d.Close()
+		}
+		h.Close()
+	})
+	jctx, jcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer jcancel()
+	if err := np.books.JoinMarket(jctx, mkt); err != nil {
+		t.Fatal(err)
+	}
+	return np
+}
+
+func connect(t *testing.T, a, b *netPeer) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.h.Connect(ctx, peer.AddrInfo{ID: b.h.ID(), Addrs: b.h.Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitUntil polls cond until it holds, failing the test at the deadline.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// meshed waits until a bid of each of two peers reaches the other by
+// gossip: the first messages after a connection may go before the
+// gossipsub mesh forms (a node's replica gets those by sync).
+func meshed(t *testing.T, a, b *netPeer) {
+	t.Helper()
+	nonce := uint64(1 << 40)
+	for _, pair := range [][2]*netPeer{{a, b}, {b, a}} {
+		from, to := pair[0], pair[1]
+		var ids []string
+		waitUntil(t, "a probe bid to cross the mesh", func() bool {
+			for _, id := range ids {
+				if to.books.Holds(mkt, "USD", id) {
+					return true
+				}
+			}
+			nonce++
+			env, ev := from.sealOrder(t, proto.Side_SIDE_BID, 1, 10_000, nonce)
+			from.publish(t, env, ev, nil)
+			ids = append(ids, ev.Order.ID)
+			time.Sleep(100 * time.Millisecond)
+			return false
+		})
+	}
+}
+
+// sealOrder signs an order of p's: an ask of qty GPUs or a bid, at price
+// micro-USD, unique by nonce.
+func (p *netPeer) sealOrder(t *testing.T, side proto.Side, qty uint32, price int64, nonce uint64) ([]byte, *p2p.BookEvent) {
+	t.Helper()
+	now := time.Now()
+	o := &proto.Order{
+		Maker: []byte(p.h.ID()), Side: side, Market: mkt, Currency: "USD", Quantity: qty, PriceMicros: price,
+		LeaseType: proto.LeaseType_LEASE_TYPE_ON_DEMAND, CreatedUnixMs: now.UnixMilli(), ExpiresUnixMs: now.Add(time.Hour).UnixMilli(),
+		Nonce: nonce, OfferSeq: 1,
+	}
+	if side == proto.Side_SIDE_ASK {
+		o.MinDurationS, o.MaxDurationS = 60, 3600
+	} else {
+		o.DurationS = 3600
+	}
+	env, err := p2p.Seal(p.key, o, proto.MaxBookMessageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := p2p.DecodeBook(mustMarshal(t, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}}), mkt, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env, ev
+}
+
+func mustMarshal(t *testing.T, m *proto.BookMessage) []byte {
+	t.Helper()
+	b, err := p2p.MarshalBook(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// sealOffer is an offer of signer's naming provider, with gpus H100s.
+func sealOffer(t *testing.T, signer crypto.PrivKey, provider peer.ID, gpus int) []byte {
+	t.Helper()
+	now := time.Now()
+	o := &proto.Offer{
+		Provider: []byte(provider), Seq: 1, CreatedUnixMs: now.UnixMilli(), ExpiresUnixMs: now.Add(time.Hour).UnixMilli(),
+		Region: "CN-GZ", Host: &proto.Host{Backend: "sim", CpuCores: 64, MemoryBytes: 1 << 40},
+		Pricing:     &proto.Pricing{Currency: "USD", OnDemandMicros: 2_490_000},
+		Terms:       &proto.LeaseTerms{MinDurationS: 60, MaxDurationS: 3600, BillingIncrementS: 60},
+		Attestation: proto.AttestationLevel_ATTESTATION_LEVEL_SELF_REPORTED,
+	}
+	for i := range gpus {
+		o.Gpus = append(o.Gpus, &proto.GPU{Uuid: fmt.Sprintf("GPU-%08x-0000-0000-0000-000000000000", i), Name: "NVIDIA H100 80GB HBM3",
+			Market: mkt, MemoryBytes: 80 << 30})
+	}
+	env, err := p2p.SealOffer(signer, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+// publish gossips an order of p's with offer beside it (nil: none), and
+// rests it in p's own replica as a node does.
+func (p *netPeer) publish(t *testing.T, env []byte, ev *p2p.BookEvent, offer []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.books.Publish(ctx, mkt, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}, Offer: offer}, ev); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAskCarriesItsOffer: a replica whose DHT cannot serve the provider's
+// offer (a real DHT with no peer holding it) accepts an ask that carries
+// the offer, without counting it unknown; an ask with an offer signed by
+// another key is refused (bad-offer), and one its offer does not cover
+// (9 GPUs of 8) is refused (offer-mismatch). Negative control: the
+// honest ask before them is held.
+func TestAskCarriesItsOffer(t *testing.T) {
+	maker := newNetPeer(t, peerOpts{})
+	replica := newNetPeer(t, peerOpts{dht: true})
+	connect(t, replica, maker)
+	meshed(t, maker, replica)
+
+	offer := sealOffer(t, maker.key, maker.h.ID(), 8)
+	env, ev := maker.sealOrder(t, proto.Side_SIDE_ASK, 4, 2_000_000, 1)
+	maker.publish(t, env, ev, offer)
+	waitUntil(t, "the replica to hold the ask", func() bool { return replica.books.Holds(mkt, "USD", ev.Order.ID) })
+	if n := count(replica.rejects, "book", "offer-unknown"); n != 0 {
+		t.Errorf("offer-unknown counted %v times for an ask that carried its offer", n)
+	}
+	if o := replica.offers.Cached(maker.h.ID()); o == nil || o.Seq != 1 {
+		t.Errorf("the replica did not keep the offer that travelled with the ask: %v", o)
+	}
+
+	third, _, _ := crypto.GenerateEd25519Key(rand.Reader)
+	thirdID, _ := peer.IDFromPrivateKey(third)
+	forgedEnv, forgedEv := maker.sealOrder(t, proto.Side_SIDE_ASK, 4, 2_000_000, 2)
+	maker.publish(t, forgedEnv, forgedEv, sealOffer(t, third, thirdID, 8))
+	waitUntil(t, "the forged offer to be refused", func() bool { return count(replica.rejects, "book", "bad-offer") == 1 })
+
+	bigEnv, bigEv := maker.sealOrder(t, proto.Side_SIDE_ASK, 9, 2_000_000, 3)
+	maker.publish(t, bigEnv, bigEv, offer)
+	waitUntil(t, "the uncovered ask to be refused", func() bool { return count(replica.rejects, "book", "offer-mismatch") == 1 })
+	if replica.books.Holds(mkt, "USD", forgedEv.Order.ID) || replica.books.Holds(mkt, "USD", bigEv.Order.ID) {
+		t.Fatal("the replica holds a refused ask")
+	}
+}
+
+// TestAskRetriedUntilOfferKnown: an ask whose offer the replica cannot
+// find (no offer beside it, a DHT that cannot serve it) is not refused for
+// good: it waits, and is held once the offer arrives with another ask of
+// the same provider.
+func TestAskRetriedUntilOfferKnown(t *testing.T) {
+	maker := newNetPeer(t, peerOpts{})
+	replica := newNetPeer(t, peerOpts{dht: true})
+	connect(t, replica, maker)
+	meshed(t, maker, replica)
+
+	env1, ev1 := maker.sealOrder(t, proto.Side_SIDE_ASK, 2, 2_000_000, 1)
+	maker.publish(t, env1, ev1, nil)
+	waitUntil(t, "the ask without its offer to wait", func() bool {
+		return count(replica.rejects, "book", "offer-unknown") >= 1 && replica.books.Retrying() == 1
+	})
+	if replica.books.Holds(mkt, "USD", ev1.Order.ID) {
+		t.Fatal("an ask whose offer is unknown is held")
+	}
+	env2, ev2 := maker.sealOrder(t, proto.Side_SIDE_ASK, 2, 2_100_000, 2)
+	maker.publish(t, env2, ev2, sealOffer(t, maker.key, maker.h.ID(), 8))
+	waitUntil(t, "both asks to be held", func() bool {
+		return replica.books.Holds(mkt, "USD", ev1.Order.ID) && replica.books.Holds(mkt, "USD", ev2.Order.ID)
+	})
+	if n := replica.books.Retrying(); n != 0 {
+		t.Errorf("%d asks still wait", n)
+	}
+}
+
+// cancel withdraws p's order id and gossips the cancel, as the node's
+// CancelOrder does.
+func (p *netPeer) cancel(t *testing.T, id string) {
+	t.Helper()
+	var err error
+	p.books.With(mkt, "USD", func(s *Replica) { err = s.Cancel(id, p.h.ID().String()) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &proto.Cancel{Maker: []byte(p.h.ID()), OrderId: id, Market: mkt, CreatedUnixMs: time.Now().UnixMilli()}
+	env, err := p2p.Seal(p.key, c, proto.MaxBookMessageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.books.Publish(ctx, mkt, &proto.BookMessage{Body: &proto.BookMessage_Cancel{Cancel: env}}, &p2p.BookEvent{Kind: p2p.KindCancel, Cancel: c}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func digest(p *netPeer) string { d, _, _ := p.books.Digest(mkt, "USD"); return d }
+
+// TestPartitionCancelConverges: two replicas hold a bid; they are cut
+// apart; on one side its maker cancels it and places another bid, on the
+// other side a third bid is placed. While cut off the other side still
+// holds the cancelled bid (the control: nothing but reconciliation brings
+// the cancel). Once they reconnect, the reconciliation on reconnect (no
+// periodic one runs) leaves both with the same book: the cancelled bid
+// gone from both, both new bids on both.
+func TestPartitionCancelConverges(t *testing.T) {
+	a, b := newNetPeer(t, peerOpts{}), newNetPeer(t, peerOpts{})
+	connect(t, a, b)
+	meshed(t, a, b)
+	env, ev := a.sealOrder(t, proto.Side_SIDE_BID, 1, 1_000_000, 1)
+	a.publish(t, env, ev, nil)
+	waitUntil(t, "both to hold the bid", func() bool { return a.books.Holds(mkt, "USD", ev.Order.ID) && b.books.Holds(mkt, "USD", ev.Order.ID) })
+
+	a.h.Network().ClosePeer(b.h.ID())
+	waitUntil(t, "the partition", func() bool {
+		for _, p := range []*netPeer{a, b} {
+			p.books.mu.Lock()
+			top := p.books.topics[mkt]
+			p.books.mu.Unlock()
+			if len(top.ListPeers()) != 0 {
+				return false
+			}
+		}
+		return len(a.h.Network().ConnsToPeer(b.h.ID())) == 0
+	})
+	a.cancel(t, ev.Order.ID)
+	envA, evA := a.sealOrder(t, proto.Side_SIDE_BID, 1, 1_100_000, 2)
+	a.publish(t, envA, evA, nil)
+	envB, evB := b.sealOrder(t, proto.Side_SIDE_BID, 1, 1_200_000, 3)
+	b.publish(t, envB, evB, nil)
+	waitUntil(t, "each side's own bid", func() bool { return a.books.Holds(mkt, "USD", evA.Order.ID) && b.books.Holds(mkt, "USD", evB.Order.ID) })
+	if a.books.Holds(mkt, "USD", ev.Order.ID) || !b.books.Holds(mkt, "USD", ev.Order.ID) {
+		t.Fatal("before the heal, the cancel should be on its maker's side only")
+	}
+	if digest(a) == digest(b) {
+		t.Fatal("the replicas agree while cut apart")
+	}
+
+	connect(t, b, a)
+	waitUntil(t, "the books to converge", func() bool { return digest(a) == digest(b) })
+	for _, p := range []*netPeer{a, b} {
+		if p.books.Holds(mkt, "USD", ev.Order.ID) || !p.books.Holds(mkt, "USD", evA.Order.ID) || !p.books.Holds(mkt, "USD", evB.Order.ID) {
+			t.Fatalf("converged book is not the cancel and both new bids")
+		}
+	}
+}
+
+// TestPeriodicReconcile: a bid one replica got outside gossip (applied
+// directly) reaches a peer by the periodic reconciliation, and its
+// cancel, applied the same way, follows; the peer's rejects count nothing.
+func TestPeriodicReconcile(t *testing.T) {
+	a := newNetPeer(t, peerOpts{reconcile: 200 * time.Millisecond})
+	b := newNetPeer(t, peerOpts{reconcile: 200 * time.Millisecond})
+	connect(t, a, b)
+	meshed(t, a, b)
+	env, ev := a.sealOrder(t, proto.Side_SIDE_BID, 1, 1_000_000, 1)
+	a.books.Apply(mkt, ev)
+	waitUntil(t, "the peer to get the bid", func() bool { return b.books.Holds(mkt, "USD", ev.Order.ID) })
+	_ = env
+	c := &proto.Cancel{Maker: []byte(a.h.ID()), OrderId: ev.Order.ID, Market: mkt, CreatedUnixMs: time.Now().UnixMilli()}
+	cenv, err := p2p.Seal(a.key, c, proto.MaxBookMessageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.books.Apply(mkt, &p2p.BookEvent{Kind: p2p.KindCancel, Cancel: c, Envelope: cenv})
+	waitUntil(t, "the peer to drop the cancelled bid", func() bool { return !b.books.Holds(mkt, "USD", ev.Order.ID) })
+	waitUntil(t, "the digests to agree", func() bool { return digest(a) == digest(b) })
+	for _, p := range []*netPeer{a, b} {
+		for _, kind := range []string{"book", "reconcile"} {
+			for _, reason := range []string{"schema", "bad-envelope", "wrong-signer"} {
+				if n := count(p.rejects, kind, reason); n != 0 {
+					t.Errorf("%s %s counted %v", kind, reason, n)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,495 @@
+package exchange
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	gproto "google.golang.org/protobuf/proto"
+
+	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/p2p"
+	"github.com/suanli/suanli/proto"
+)
+
+// Anti-entropy. Replicas of a market converge by reconciling their sets of
+// elements with one peer at a time: every open order, every cancel and
+// every fill a replica keeps as a tombstone (tombs.go), each named by the
+// SHA-256 of its kind and bytes. Two replicas that hold the same elements
+// hold the same book: the same open orders, each with the same fills
+// deducted.
+//
+// The scheme is range-based set reconciliation (as Negentropy does it),
+// over the element IDs: since they are hashes, the ID space splits evenly
+// by prefix. A side sends, for a range of IDs (a prefix of 4-bit nibbles),
+// either the IDs themselves when there are at most reconcileList of them,
+// or their count and a fingerprint (SHA-256 of the sorted IDs). The other
+// side compares: an equal fingerprint settles the range; a listed range
+// settles it too (each side sends the elements the other lacks and asks
+// for those it lacks); otherwise it answers with the range's 16
+// sub-ranges. Replicas that agree settle in one round trip of one range;
+// d differences cost O(d log16 n) ranges and the d elements, whatever the
+// size n of the book. IBLTs would save the rounds, but need the size of
+// the difference estimated first and fail to decode when it is wrong;
+// a replica after a partition may differ in anything from one cancel to
+// the whole book, so ranges that adapt round by round suit it better.
+//
+// When: every ReconcileEvery with a random peer of the topic; with a peer
+// that comes back to the topic (a partition healed, a node restarted);
+// and again within reconcileQuick while reconciliations change the
+// replica, on either side, so that what one learns spreads in seconds.
+const (
+	// reconcileList is the most IDs a range lists instead of splitting.
+	reconcileList = 16
+	// reconcileFanout is how many sub-ranges a range splits into: one
+	// per value of the next nibble.
+	reconcileFanout = 16
+	// maxPrefix is the longest prefix: every nibble of a SHA-256.
+	maxPrefix = 2 * sha256.Size
+	// maxReconcileRounds bounds the messages each side sends.
+	maxReconcileRounds = 2*maxPrefix + 4
+	// reconcileBudget bounds the elements one message carries, in bytes;
+	// what does not fit is sent in the next reconciliation.
+	reconcileBudget = 2 << 20
+	// bounds on what one message may hold.
+	maxRangesPerMessage = 4096
+	maxIDsPerMessage    = 1 << 16
+	// reconcileQuick is the mean wait before the next reconciliation while
+	// they carry differences.
+	reconcileQuick = time.Second
+	// reconcileRate and reconcileBurst bound the reconciliations one peer
+	// gets this node to answer.
+	reconcileRate  = 1
+	reconcileBurst = 10
+)
+
+// elemID names an element by its kind and bytes.
+type elemID = [sha256.Size]byte
+
+type elem struct {
+	msg      *proto.BookMessage // without an offer
+	offer    []byte             // an ask's offer, sent once per provider a message
+	provider string
+}
+
+// elemSet is a snapshot of a market's elements, sorted by ID.
+type elemSet struct {
+	ids   []elemID
+	elems map[elemID]elem
+}
+
+const (
+	kindOrder  = 'o'
+	kindCancel = 'c'
+	kindFill   = 'f'
+)
+
+func hashElem(kind byte, b []byte) elemID {
+	h := sha256.New()
+	h.Write([]byte{kind})
+	h.Write(b)
+	var id elemID
+	h.Sum(id[:0])
+	return id
+}
+
+// elements snapshots the elements of mkt that have not expired by now:
+// for each, what a peer that lacks it is sent. Fills come first (oldest
+// first), then cancels, then orders, which is the order a sync answer
+// lists them in.
+func (b *Books) elements(mkt string) *elemSet {
+	now := b.cfg.Now()
+	type raw struct {
+		kind byte
+		key  []byte
+		e    elem
+		at   time.Time
+	}
+	var fills, cancels, orders []raw
+	var unknownOffer []int // asks whose offer comes from the cache
+	b.mu.Lock()
+	if t, ok := b.tombs[mkt]; ok {
+		for _, f := range t.fills {
+			if f.expires.After(now) {
+				fills = append(fills, raw{kindFill, f.raw, elem{msg: &proto.BookMessage{Body: &proto.BookMessage_Fill{Fill: f.msg}}}, f.at})
+			}
+		}
+		for _, c := range t.cancels {
+			if c.env != nil && c.expires.After(now) {
+				cancels = append(cancels, raw{kind: kindCancel, key: c.env,
+					e: elem{msg: &proto.BookMessage{Body: &proto.BookMessage_Cancel{Cancel: c.env}, CancelledOrder: c.order}}})
+			}
+		}
+	}
+	for _, s := range b.states {
+		if s.Book.Market() != mkt {
+			continue
+		}
+		for id, env := range s.envs {
+			o, _, ok := s.Book.Lookup(id)
+			if !ok || !o.Expires.After(now) {
+				continue
+			}
+			e := elem{msg: &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}}}
+			if o.Side == market.Ask {
+				e.provider, e.offer = o.Maker, s.offers[id]
+				if e.offer == nil {
+					unknownOffer = append(unknownOffer, len(orders))
+				}
+			}
+			orders = append(orders, raw{kind: kindOrder, key: env, e: e, at: o.Created})
+		}
+	}
+	b.mu.Unlock()
+	if b.cfg.Offers != nil {
+		for _, i := range unknownOffer {
+			if p, err := peer.Decode(orders[i].e.provider); err == nil {
+				orders[i].e.offer = b.cfg.Offers.Sealed(p)
+			}
+		}
+	}
+	slices.SortFunc(fills, func(a, b raw) int { return cmp.Or(a.at.Compare(b.at), bytes.Compare(a.key, b.key)) })
+	slices.SortFunc(orders, func(a, b raw) int { return cmp.Or(a.at.Compare(b.at), bytes.Compare(a.key, b.key)) })
+	set := &elemSet{elems: make(map[elemID]elem, len(fills)+len(cancels)+len(orders))}
+	for _, group := range [][]raw{fills, cancels, orders} {
+		for _, r := range group {
+			id := hashElem(r.kind, r.key)
+			if _, dup := set.elems[id]; !dup {
+				set.ids = append(set.ids, id)
+				set.elems[id] = r.e
+			}
+		}
+	}
+	return set
+}
+
+// messages lists the elements in the order elements made them, each ask's
+// offer beside the first ask of its provider.
+func (e *elemSet) messages() []*proto.BookMessage {
+	out := make([]*proto.BookMessage, 0, len(e.ids))
+	sent := map[string]bool{}
+	for _, id := range e.ids {
+		out = append(out, e.elems[id].with(sent))
+	}
+	return out
+}
+
+// with is the element's message, with its offer when sent does not list
+// its provider yet (which it then does).
+func (el elem) with(sent map[string]bool) *proto.BookMessage {
+	if el.offer == nil || sent[el.provider] {
+		return el.msg
+	}
+	sent[el.provider] = true
+	m := &proto.BookMessage{Body: el.msg.Body, Offer: el.offer}
+	return m
+}
+
+// sorted returns the IDs sorted (elements keeps them in sending order).
+func (e *elemSet) sorted() *elemSet {
+	slices.SortFunc(e.ids, func(a, b elemID) int { return bytes.Compare(a[:], b[:]) })
+	return e
+}
+
+func nibble(id *elemID, i int) byte {
+	if i%2 == 0 {
+		return id[i/2] >> 4
+	}
+	return id[i/2] & 0xf
+}
+
+// cmpPrefix compares id's first len(p) nibbles with p.
+func cmpPrefix(id *elemID, p []byte) int {
+	for i, n := range p {
+		if x := nibble(id, i); x != n {
+			return cmp.Compare(x, n)
+		}
+	}
+	return 0
+}
+
+// span is the IDs that start with prefix p.
+func (e *elemSet) span(p []byte) []elemID {
+	lo := sort.Search(len(e.ids), func(i int) bool { return cmpPrefix(&e.ids[i], p) >= 0 })
+	hi := lo + sort.Search(len(e.ids)-lo, func(i int) bool { return cmpPrefix(&e.ids[lo+i], p) > 0 })
+	return e.ids[lo:hi]
+}
+
+func fingerprint(ids []elemID) []byte {
+	h := sha256.New()
+	for i := range ids {
+		h.Write(ids[i][:])
+	}
+	return h.Sum(nil)[:16]
+}
+
+// rangeOf describes the IDs with prefix p: listed when few, else counted
+// and fingerprinted.
+func (e *elemSet) rangeOf(p []byte) *proto.ReconcileRange {
+	ids := e.span(p)
+	r := &proto.ReconcileRange{Prefix: p, Count: uint32(len(ids))}
+	if len(ids) <= reconcileList || len(p) >= maxPrefix {
+		r.Listed = true
+		for _, id := range ids {
+			r.Ids = append(r.Ids, slices.Clone(id[:]))
+		}
+		return r
+	}
+	r.Fingerprint = fingerprint(ids)
+	return r
+}
+
+// errReconcileSchema: a reconcile message out of bounds.
+var errReconcileSchema = errors.New("exchange: reconcile message malformed")
+
+// checkReconcile bounds a received message before it is looked at.
+func checkReconcile(m *proto.Reconcile) error {
+	if len(m.Ranges) > maxRangesPerMessage || len(m.Want) > maxIDsPerMessage {
+		return fmt.Errorf("%w: %d ranges, %d wants", errReconcileSchema, len(m.Ranges), len(m.Want))
+	}
+	ids := len(m.Want)
+	for _, w := range m.Want {
+		if len(w) != sha256.Size {
+			return fmt.Errorf("%w: want of %d bytes", errReconcileSchema, len(w))
+		}
+	}
+	for _, r := range m.Ranges {
+		if len(r.Prefix) > maxPrefix {
+			return fmt.Errorf("%w: prefix of %d nibbles", errReconcileSchema, len(r.Prefix))
+		}
+		for _, n := range r.Prefix {
+			if n >= reconcileFanout {
+				return fmt.Errorf("%w: nibble %d", errReconcileSchema, n)
+			}
+		}
+		if ids += len(r.Ids); ids > maxIDsPerMessage {
+			return fmt.Errorf("%w: too many IDs", errReconcileSchema)
+		}
+		for _, id := range r.Ids {
+			if len(id) != sha256.Size {
+				return fmt.Errorf("%w: ID of %d bytes", errReconcileSchema, len(id))
+			}
+		}
+		if !r.Listed && len(r.Fingerprint) != 16 {
+			return fmt.Errorf("%w: fingerprint of %d bytes", errReconcileSchema, len(r.Fingerprint))
+		}
+	}
+	return nil
+}
+
+// respond is this side's answer to in (checked by checkReconcile): the
+// elements in wants, for each listed range the elements the peer lacks
+// and the IDs this side lacks, for each range that differs its listing or
+// its sub-ranges. Elements stop at budget bytes.
+func (e *elemSet) respond(in *proto.Reconcile, budget int) *proto.Reconcile {
+	out := &proto.Reconcile{}
+	size := 0
+	sent := map[string]bool{}
+	push := func(id elemID) {
+		el, ok := e.elems[id]
+		if !ok || size > budget {
+			return
+		}
+		m := el.with(sent)
+		size += gproto.Size(m)
+		out.Items = append(out.Items, m)
+	}
+	for _, w := range in.Want {
+		push(elemID(w))
+	}
+	for _, r := range in.Ranges {
+		mine := e.span(r.Prefix)
+		if r.Listed {
+			theirs := make(map[elemID]bool, len(r.Ids))
+			for _, id := range r.Ids {
+				theirs[elemID(id)] = true
+			}
+			for _, id := range mine {
+				if !theirs[id] {
+					push(id)
+				}
+			}
+			for id := range theirs {
+				if _, ok := slices.BinarySearchFunc(mine, id, func(a, b elemID) int { return bytes.Compare(a[:], b[:]) }); !ok {
+					out.Want = append(out.Want, slices.Clone(id[:]))
+				}
+			}
+			continue
+		}
+		if len(mine) == int(r.Count) && bytes.Equal(fingerprint(mine), r.Fingerprint) {
+			continue
+		}
+		if len(mine) <= reconcileList || len(r.Prefix) >= maxPrefix-1 {
+			out.Ranges = append(out.Ranges, e.rangeOf(r.Prefix))
+			continue
+		}
+		for n := range byte(reconcileFanout) {
+			out.Ranges = append(out.Ranges, e.rangeOf(append(slices.Clone(r.Prefix), n)))
+		}
+	}
+	return out
+}
+
+// ReconcileStats is what one reconciliation cost and carried.
+type ReconcileStats struct {
+	// Rounds is the messages this side sent; Sent and Received the
+	// elements; Changed how many received changed this replica; Bytes the
+	// encoded size of every message both ways.
+	Rounds, Sent, Received, Changed, Bytes int
+}
+
+// ReconcileWith reconciles this node's replica of mkt with peer p, both
+// ways: when it returns without error, each holds what the other held
+// (less what it refused, and what did not fit a message's budget).
+func (b *Books) ReconcileWith(ctx context.Context, mkt string, p peer.ID) (ReconcileStats, error) {
+	var st ReconcileStats
+	c, err := p2p.OpenReconcile(ctx, b.cfg.Host, p)
+	if err != nil {
+		return st, err
+	}
+	defer c.Close()
+	e := b.elements(mkt).sorted()
+	first := &proto.Reconcile{Market: mkt, Ranges: []*proto.ReconcileRange{e.rangeOf(nil)}}
+	if err := c.Send(first); err != nil {
+		c.Reset()
+		return st, err
+	}
+	st.Rounds++
+	st.Bytes += gproto.Size(first)
+	err = b.reconcileRounds(ctx, c, mkt, e, nil, &st)
+	if err != nil {
+		b.cfg.Log.Debug("reconcile failed", "market", mkt, "peer", p, "err", err)
+	}
+	return st, err
+}
+
+// answerReconcile is the responder's side of a reconciliation, for a
+// joined market and at most reconcileRate a second per peer.
+func (b *Books) answerReconcile(c *p2p.ReconcileConn) {
+	b.mu.Lock()
+	allowed := allowIn(b.reconc, c.Peer(), reconcileRate, reconcileBurst)
+	b.mu.Unlock()
+	if !allowed {
+		b.reject("reconcile-request", "rate-limited")
+		c.Reset()
+		return
+	}
+	in, err := c.Recv()
+	if err != nil {
+		c.Reset()
+		return
+	}
+	if !market.ValidMarketKey(in.Market) || !b.Joined(in.Market) {
+		b.reject("reconcile-request", "not-joined")
+		c.Reset()
+		return
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, p2p.ReconcileTimeout)
+	defer cancel()
+	var st ReconcileStats
+	if err := b.reconcileRounds(ctx, c, in.Market, b.elements(in.Market).sorted(), in, &st); err != nil {
+		b.cfg.Log.Debug("reconcile answer failed", "market", in.Market, "peer", c.Peer(), "err", err)
+	}
+	if st.Changed > 0 {
+		b.kickReconcile() // what this replica learnt, it passes on
+	}
+}
+
+// reconcileRounds runs the rounds from the first message received (in, or
+// read from c) until a side is done.
+func (b *Books) reconcileRounds(ctx context.Context, c *p2p.ReconcileConn, mkt string, e *elemSet, in *proto.Reconcile, st *ReconcileStats) error {
+	for {
+		if in == nil {
+			var err error
+			if in, err = c.Recv(); err != nil {
+				c.Reset()
+				return err
+			}
+		}
+		st.Bytes += gproto.Size(in)
+		if err := checkReconcile(in); err != nil {
+			b.reject("reconcile", "schema")
+			c.Reset()
+			return err
+		}
+		st.Received += len(in.Items)
+		st.Changed += b.applyItems(ctx, mkt, "reconcile", in.Items)
+		if in.Done {
+			return nil
+		}
+		if st.Rounds >= maxReconcileRounds {
+			c.Reset()
+			return fmt.Errorf("exchange: reconcile of %s: no end after %d rounds", mkt, st.Rounds)
+		}
+		out := e.respond(in, reconcileBudget)
+		out.Done = len(out.Ranges) == 0 && len(out.Want) == 0
+		if err := c.Send(out); err != nil {
+			c.Reset()
+			return err
+		}
+		st.Rounds++
+		st.Sent += len(out.Items)
+		st.Bytes += gproto.Size(out)
+		if out.Done {
+			return nil
+		}
+		in = nil
+	}
+}
+
+// reconcileLoop reconciles each joined market with one random peer of
+// its topic every ReconcileEvery or so (jittered, so that peers do not
+// all ask at once). While reconciliations change the replica (after a
+// partition heals, a replica that learnt something has more to pass on)
+// the next one follows within reconcileQuick, until one changes nothing.
+func (b *Books) reconcileLoop() {
+	defer b.wg.Done()
+	every := b.cfg.ReconcileEvery
+	quick := false
+	for {
+		d := every/2 + rand.N(every)
+		if quick {
+			d = reconcileQuick/2 + rand.N(reconcileQuick)
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-b.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		case <-b.rkick:
+			t.Stop()
+		}
+		quick = false
+		for _, mkt := range b.Markets() {
+			b.mu.Lock()
+			top := b.topics[mkt]
+			b.mu.Unlock()
+			peers := top.ListPeers()
+			if len(peers) == 0 {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(b.ctx, p2p.ReconcileTimeout)
+			st, err := b.ReconcileWith(ctx, mkt, peers[rand.N(len(peers))])
+			cancel()
+			quick = quick || (err == nil && st.Changed > 0)
+		}
+	}
+}
+
+// kickReconcile asks the loop for a reconciliation soon: one just
+// changed the replica.
+func (b *Books) kickReconcile() {
+	select {
+	case b.rkick <- struct{}{}:
+	default:
+	}
+}
