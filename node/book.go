@@ -10,6 +10,7 @@ import (
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/internal/exchange"
+	"github.com/suanli/suanli/node/internal/resale"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -95,7 +96,7 @@ func (n *Node) askFacts(ctx context.Context, o *market.Order, seq uint64) error 
 // then look it up).
 func (n *Node) offerFor(po *proto.Order) []byte {
 	if len(po.GetResell()) > 0 {
-		l, err := resoldLeaseTerms(po.Resell, n.now())
+		l, err := resale.ResoldLeaseTerms(po.Resell, n.now())
 		if err != nil {
 			return nil
 		}
