@@ -11,6 +11,7 @@ import (
 	"github.com/suanli/suanli/gpu"
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/internal/lease"
 	"github.com/suanli/suanli/proto"
 )
 
@@ -27,7 +28,7 @@ func offerFilter(q api.OfferQuery) (market.OfferFilter, error) {
 		MinRAMBytesPerGPU:  q.MinRAMGiBPerGPU << 30,
 		MinFreeGPUs:        q.MinFreeGPUs,
 	}
-	if q.MinIsolation != "" && !slices.Contains(isolationLevels[1:], q.MinIsolation) {
+	if q.MinIsolation != "" && !slices.Contains(lease.IsolationLevels[1:], q.MinIsolation) {
 		return f, api.BadRequest("min_isolation %q: want process, container or container-userns", q.MinIsolation)
 	}
 	if q.MinGPUs < 0 || q.MinFreeGPUs < 0 {
@@ -60,7 +61,7 @@ func offerView(o *proto.Offer, f market.OfferFilter) api.OfferView {
 		Price:       market.FormatMicros(o.GetPricing().GetOnDemandMicros(), o.GetPricing().GetCurrency()),
 		Currency:    o.GetPricing().GetCurrency(),
 		Attestation: attestationName(o.Attestation),
-		Isolation:   isolationName(o.Isolation),
+		Isolation:   lease.IsolationName(o.Isolation),
 		Scheduler:   o.Scheduler,
 		MaxNodes:    o.MaxNodes,
 		Seq:         o.Seq,

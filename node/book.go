@@ -111,11 +111,13 @@ func (n *Node) fillLocked(ev *p2p.BookEvent, _ int64, party bool) {
 func (n *Node) filled(ev *p2p.BookEvent, index int64, party bool) {
 	f := ev.Fill
 	if party {
-		n.leaseFromFill(ev)
+		if n.leases != nil {
+			n.leases.FromFill(ev)
+		}
 	}
 	if err := n.store.PutFill(f.ID, f.Time, ev.Raw); err != nil {
 		// The lease keeps the signed fill in its own record too.
-		n.storeFailed(&storeError{what: "fill", err: err}, ev.Lease.Id)
+		n.storeFailed("fill", err, ev.Lease.Id)
 	}
 	n.recordHistory(*f, index)
 	n.log.Info("trade", "market", f.Market, "count", f.Quantity, "price", market.FormatMicros(f.Price, f.Currency),
@@ -127,7 +129,7 @@ func (n *Node) filled(ev *p2p.BookEvent, index int64, party bool) {
 func (n *Node) fillRefused(ev *p2p.BookEvent, err error) {
 	if isFillEvidence(err) && ev.Raw != nil {
 		if perr := n.putFillEvidence(*ev.Fill, ev.Raw, err, n.now()); perr != nil {
-			n.storeFailed(&storeError{what: "fill evidence", err: perr}, ev.Fill.ID)
+			n.storeFailed("fill evidence", perr, ev.Fill.ID)
 		}
 	}
 }

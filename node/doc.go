@@ -68,7 +68,7 @@
 // another (outermost first):
 //
 //	trade.Trader's lock → the books lock (exchange.Books) → ownMu, trade.Inflight
-//	trade.Trader's lock → the leases lock → a lease's lock (Node.Preemptible)
+//	trade.Trader's lock → lease.Manager's lock → a lease's lock (Manager.Preemptible)
 //	a lease's lock → resale's handover (store writes only)
 //
 // ownMu, Inflight's, Answers' and resale.Manager's locks are leaves:
@@ -85,10 +85,7 @@
 // hold the order to this.
 //
 // The leases' locks are package lease's (its doc gives their order:
-// Manager.mu → Run.mu → the logs' lock). The node's table of lease
-// handles (leaseTable.mu, wire_lease.go) is taken under Manager.mu when
-// a run is added, and takes a run's lock only from credit and
-// preemption, never of a run being added:
-//
-//	lease.Manager.mu → leaseTable.mu → lease.Run.mu
+// Manager.mu → Run.mu → the logs' lock). Preemption, credit and resale
+// reach a lease only through the Manager's methods, which take its locks
+// in that order with none of theirs held but the trade lock.
 package node

@@ -25,6 +25,7 @@ import (
 	"github.com/suanli/suanli/node/internal/exchange"
 	"github.com/suanli/suanli/node/internal/history"
 	"github.com/suanli/suanli/node/internal/httpapi"
+	"github.com/suanli/suanli/node/internal/lease"
 	"github.com/suanli/suanli/node/internal/provider"
 	"github.com/suanli/suanli/node/internal/resale"
 	"github.com/suanli/suanli/node/internal/store"
@@ -283,7 +284,7 @@ type Node struct {
 	ownMu           sync.Mutex
 	own             map[string]*ownOrder
 	attest          *attestor.Attestor   // see attest.go
-	leases          *leaseTable          // the lease runtime (wire_lease.go)
+	leases          *lease.Manager       // the lease runtime (wire_lease.go)
 	perGPU          perGPU               // what each GPU is sold with (see WithResourcesPerGPU)
 	preemptNotice   time.Duration        // spot leases' notice before preemption
 	chargeIncrement time.Duration        // the unit leases charge GPU time in (see WithBillingIncrement)

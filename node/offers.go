@@ -7,6 +7,7 @@ import (
 
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/internal/lease"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -50,7 +51,7 @@ func (n *Node) Offers(ctx context.Context, q api.OfferQuery) (_ []api.OfferView,
 	}
 	list := make([]*proto.Offer, 0, len(offers))
 	for _, o := range offers {
-		if f.Match(o) && isolationAtLeast(o.Isolation, q.MinIsolation) {
+		if f.Match(o) && lease.IsolationAtLeast(o.Isolation, q.MinIsolation) {
 			list = append(list, o)
 		}
 	}

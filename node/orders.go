@@ -152,7 +152,7 @@ func (n *Node) buildOrder(req api.OrderRequest) (*market.Order, *proto.Order, er
 		}
 		// An ask may sell GPUs that spot leases hold when a take of it
 		// would preempt them (the candidates ChoosePreempted picks from).
-		avail := len(free) + market.PreemptibleGPUs(n.preemptible(o.Market), o.LeaseType, o.Price, n.preemptMargin)
+		avail := len(free) + market.PreemptibleGPUs(n.leases.Preemptible(o.Market), o.LeaseType, o.Price, n.preemptMargin)
 		if uint32(avail) < o.Quantity {
 			return nil, nil, api.BadRequest("ask for %d GPUs in %s, %d free", o.Quantity, o.Market, avail)
 		}

@@ -5,28 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"sync"
 	"syscall"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/executor"
 	"github.com/suanli/suanli/node/internal/lease"
 	"github.com/suanli/suanli/node/internal/leases"
-	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
 
 // The lease runtime (metering, billing, receipts, close notices, the exec
 // stream, redials, workloads and their logs) is node/internal/lease. This
-// file wires it: its options, its hooks into the rest of the node, the
-// API methods it answers, and the names the node's other files still use
-// for it (one-line forwarders and the leaseRun handle), until they move
-// out too.
+// file wires it: its options, its hooks into the rest of the node and
+// the API methods it answers. The node's other parts reach a lease
+// through the Manager's methods (node/internal/lease/others.go).
 
 // DefaultLogCap is how much of a lease's workload output a buyer keeps
 // (WithLogCap): the newest output is kept, the oldest dropped.
@@ -70,62 +65,11 @@ func WithWithheldCountersigns() Option {
 // order and sends it over /suanli/exec/1.0.0 once the lease starts.
 type WorkloadSpec = executor.Spec
 
-// leaseTable is the node's lease runtime and its handles of the runs, by
-// lease ID, for the node's files that read a run's state (credit,
-// preemption, resale). mu guards runs and is a leaf but for those files,
-// which lock a run under it (never one being added: Hooks.Track).
-type leaseTable struct {
-	*lease.Manager
-	mu   sync.Mutex
-	runs map[string]*leaseRun
+// storeFailed logs and counts a failed write of what on the money path.
+func (n *Node) storeFailed(what string, err error, lease string) {
+	n.metrics.storeErrors.WithLabelValues(what).Inc()
+	n.log.Error("store write failed", "what", what, "lease", lease, "err", err)
 }
-
-// leaseRun is the node's handle of a lease.Run: the run's lock and
-// pointers into its state, under the names the node's files use.
-type leaseRun struct {
-	*lease.Run
-	id    string
-	terms *proto.Lease
-	peer  peer.ID
-	mu    *sync.Mutex
-	ml    *market.Lease
-	rec   *leases.Record
-	exec  *runExec
-}
-
-func newLeaseRun(r *lease.Run) *leaseRun {
-	p := r.Parts()
-	return &leaseRun{Run: r, id: p.ID, terms: p.Terms, peer: p.Peer, mu: p.Mu, ml: p.ML, rec: p.Rec, exec: &runExec{r: r, mu: p.Mu}}
-}
-
-func handleOf(r *lease.Run) *leaseRun { return r.Ext().(*leaseRun) }
-
-func (r *leaseRun) poke() { r.Poke() }
-
-// runExec stops whatever workload its run has when Stop is called.
-type runExec struct {
-	r  *lease.Run
-	mu *sync.Mutex
-}
-
-func (e *runExec) Stop(grace time.Duration) error {
-	e.mu.Lock()
-	ex := e.r.ExecLocked()
-	e.mu.Unlock()
-	if ex == nil {
-		return nil
-	}
-	return ex.Stop(grace)
-}
-
-// storeError is a failed write of the store on the money path.
-type storeError struct {
-	what string
-	err  error
-}
-
-func (e *storeError) Error() string { return "storing " + e.what + " failed: " + e.err.Error() }
-func (e *storeError) Unwrap() error { return e.err }
 
 // startLeases builds the lease runtime and takes up the stored leases.
 func (n *Node) startLeases(o options) error {
@@ -140,28 +84,17 @@ func (n *Node) startLeases(o options) error {
 		return err
 	}
 	n.isolation = iso
-	t := &leaseTable{runs: map[string]*leaseRun{}}
-	t.Manager = lease.New(lease.Config{
+	n.leases = lease.New(lease.Config{
 		Host: n.host, Key: n.key, Store: n.store, Clock: lease.RealClock(n.now), Log: n.log, Metrics: leaseMetrics{n.metrics},
 		GPUs: n.gpus, Executors: execs, Ctx: n.ctx, Spawn: n.spawn, Grace: o.unpaidGrace, Withhold: o.withhold, LogCap: o.logCap,
 		Hooks: lease.Hooks{
-			Track: func(r *lease.Run) any {
-				h := newLeaseRun(r)
-				t.mu.Lock()
-				t.runs[h.id] = h
-				t.mu.Unlock()
-				return h
-			},
-			CreditOthers: func(r *lease.Run, now time.Time) (market.Credit, bool) { return n.creditOthers(handleOf(r), now) },
-			OverCreditLocked: func(others market.Credit, limited bool, r *lease.Run, now time.Time) (string, bool) {
-				return n.overCreditLocked(others, limited, handleOf(r), now)
-			},
-			BilledTo:       func(r *lease.Run) time.Time { return handleOf(r).billedTo() },
-			LeaseEnded:     n.leaseEnded,
-			TakePayment:    n.takePayment,
-			TakePreemption: n.takePreemption,
-			TakePremium:    n.takePremiumCountersign,
-			TakeHandover:   n.takeHandover,
+			CreditOthers:     n.credit.Others,
+			OverCreditLocked: n.credit.Over,
+			LeaseEnded:       n.leaseEnded,
+			TakePayment:      n.takePayment,
+			TakePreemption:   n.takePreemption,
+			TakePremium:      n.takePremiumCountersign,
+			TakeHandover:     n.takeHandover,
 			BidWorkload: func(bid string) (executor.Spec, bool) {
 				n.ownMu.Lock()
 				defer n.ownMu.Unlock()
@@ -174,8 +107,7 @@ func (n *Node) startLeases(o options) error {
 			Limits:      n.leaseLimits,
 		},
 	})
-	n.leases = t
-	return t.Start()
+	return n.leases.Start()
 }
 
 // stopLeases: see lease.Manager.Stop.
@@ -197,56 +129,8 @@ func newLeaseCollector(n *Node) prometheus.Collector {
 		if n.leases == nil {
 			return nil
 		}
-		return n.leases.Manager
+		return n.leases
 	}, func() (int, bool) { return n.inventoryCount(), n.gpus != nil })
-}
-
-// Forwarders for the node's files that drive a lease (trade, resale,
-// preemption, books).
-
-func (n *Node) leaseRun(id string) (*leaseRun, error) {
-	r, err := n.leases.Lookup(id)
-	if err != nil {
-		return nil, err
-	}
-	return handleOf(r), nil
-}
-func (n *Node) leaseFromFill(ev *p2p.BookEvent) {
-	if n.leases != nil {
-		n.leases.FromFill(ev)
-	}
-}
-func (n *Node) runLease(r *leaseRun) { n.leases.RunLoop(r.Run) }
-func (n *Node) endLocked(r *leaseRun, reason market.CloseReason, at time.Time, note string) {
-	n.leases.EndLocked(r.Run, reason, at, note)
-}
-func (n *Node) sendClose(r *leaseRun, reason market.CloseReason, at time.Time, note ...string) {
-	n.leases.SendClose(r.Run, reason, at, note...)
-}
-func (n *Node) putRecordLocked(r *leaseRun) { n.leases.PutRecordLocked(r.Run) }
-func (n *Node) failStoreLocked(r *leaseRun, what string, err error) {
-	n.leases.FailStoreLocked(r.Run, what, err)
-}
-func (n *Node) storeFailed(e *storeError, lease string) {
-	n.metrics.storeErrors.WithLabelValues(e.what).Inc()
-	n.log.Error("store write failed", "what", e.what, "lease", lease, "err", e.err)
-}
-
-// truncate cuts s to at most n bytes.
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
-}
-
-// Isolation levels, as the offers and the API name them (lease.IsolationLevels).
-var isolationLevels = lease.IsolationLevels
-
-func isolationProto(level string) proto.IsolationLevel { return lease.IsolationProto(level) }
-func isolationName(l proto.IsolationLevel) string      { return lease.IsolationName(l) }
-func isolationAtLeast(l proto.IsolationLevel, min string) bool {
-	return lease.IsolationAtLeast(l, min)
 }
 
 // leaseLimits is what a lease of gpus GPUs may use on this provider.
@@ -298,7 +182,7 @@ func (n *Node) inventoryCount() int {
 // Leases implements API: every lease this node is party to, newest first.
 func (n *Node) Leases(context.Context) (_ []api.LeaseView, err error) {
 	defer classified(&err)
-	return n.leases.Manager.Leases(), nil
+	return n.leases.Leases(), nil
 }
 
 // Lease implements API.

@@ -14,6 +14,7 @@ import (
 	"github.com/suanli/suanli/node/internal/credit"
 	"github.com/suanli/suanli/node/internal/exchange"
 	"github.com/suanli/suanli/node/internal/history"
+	"github.com/suanli/suanli/node/internal/lease"
 	"github.com/suanli/suanli/node/internal/provider"
 	"github.com/suanli/suanli/node/internal/store"
 	"github.com/suanli/suanli/p2p"
@@ -87,7 +88,11 @@ func creditSettings(o options, cfg Config, priceCurrency string) credit.Settings
 // (store, leases, metrics) it reads when asked, so it may be made first.
 func (n *Node) newCredit(o options, cfg Config, self peer.ID) (*credit.Policy, error) {
 	return credit.New(creditSettings(o, cfg, n.price.Currency), credit.Config{
-		Self: self, Payments: nodePayments{n}, Leases: n.creditLeases, Log: n.log,
+		Self: self, Payments: nodePayments{n}, Log: n.log,
+		// The leases start after the policy: read when asked.
+		Leases: func(buyer peer.ID, currency, except string, add func(*market.Lease) error) error {
+			return n.leases.EachProvided(buyer, currency, except, add)
+		},
 		Reject: func(kind, reason string) { n.metrics.rejects.WithLabelValues(kind, reason).Inc() },
 	})
 }
@@ -97,28 +102,6 @@ type nodePayments struct{ n *Node }
 
 func (p nodePayments) PaymentsBetween(provider, buyer peer.ID, fn func(uint64, []byte) error) error {
 	return p.n.store.PaymentsBetween(provider, buyer, fn)
-}
-
-// creditLeases visits the running leases this node provides to buyer in
-// currency but except, each under its own lock (credit.Config.Leases).
-func (n *Node) creditLeases(buyer peer.ID, currency, except string, add func(*market.Lease) error) error {
-	n.leases.mu.Lock()
-	runs := make([]*leaseRun, 0, len(n.leases.runs))
-	for _, r := range n.leases.runs {
-		if r.id != except && r.rec.Role == market.RoleProvider && r.peer == buyer && r.terms.Currency == currency {
-			runs = append(runs, r)
-		}
-	}
-	n.leases.mu.Unlock()
-	for _, r := range runs {
-		r.mu.Lock()
-		err := add(r.ml)
-		r.mu.Unlock()
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // newProvider makes the provider's side; a buyer's publishes nothing.
@@ -135,7 +118,7 @@ func (n *Node) newProvider() {
 				if n.isolation == nil {
 					return proto.IsolationLevel_ISOLATION_LEVEL_UNSPECIFIED
 				}
-				return isolationProto(n.isolation.Level)
+				return lease.IsolationProto(n.isolation.Level)
 			},
 			Resources: func() provider.Resources {
 				p := n.resourcesPerGPU()
@@ -314,26 +297,6 @@ func (n *Node) checkBidCredit(bidID, buyer string, count uint32, price int64, cu
 		interval = t
 	}
 	return n.credit.CheckBid(bidID, buyer, count, price, currency, d, interval, n.now())
-}
-
-// creditOthers is, for the provider's billing step of r, its buyer's
-// credit without r (credit.Policy.Others).
-func (n *Node) creditOthers(r *leaseRun, now time.Time) (market.Credit, bool) {
-	if r.rec.Role != market.RoleProvider {
-		return market.Credit{}, false
-	}
-	return n.credit.Others(r.id, r.peer, r.terms.Currency, now)
-}
-
-// overCreditLocked is credit.Policy.Over for r. Holds r.mu.
-func (n *Node) overCreditLocked(others market.Credit, limited bool, r *leaseRun, now time.Time) (string, bool) {
-	return n.credit.Over(others, limited, r.ml, now)
-}
-
-// billedTo is where r's receipts end: its last window billed, or its start.
-// Holds r.mu.
-func (r *leaseRun) billedTo() time.Time {
-	return time.UnixMilli(max(r.ml.Chain.WindowEndUnixMs, r.terms.StartUnixMs))
 }
 
 // creditViews are buyer's credit in its leases' currencies and the limit's.

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -80,73 +79,20 @@ func (w tradeNode) PublishBook(ctx context.Context, mkt string, m *proto.BookMes
 func (w tradeNode) Spawn(fn func()) bool     { return w.n.spawn(fn) }
 func (w tradeNode) Context() context.Context { return w.n.ctx }
 func (w tradeNode) StoreFailed(what string, err error, lease string) {
-	w.n.storeFailed(&storeError{what: what, err: err}, lease)
+	w.n.storeFailed(what, err, lease)
 }
 
-// TermsFailed: a lease adapter (r.mu, failStoreLocked).
-func (w tradeNode) TermsFailed(lease string, err error) {
-	if r, lerr := w.n.leaseRun(lease); lerr == nil {
-		r.mu.Lock()
-		w.n.failStoreLocked(r, "lease terms", err)
-		r.mu.Unlock()
-		return
-	}
-	w.n.storeFailed(&storeError{what: "lease terms", err: err}, lease)
-}
-func (w tradeNode) OwnFilled(order string) uint32     { return w.n.ownFilledQty(order) }
-func (w tradeNode) OwnFailed(order string, err error) { w.n.ownFailed(order, err) }
+func (w tradeNode) TermsFailed(lease string, err error) { w.n.leases.TermsFailed(lease, err) }
+func (w tradeNode) OwnFilled(order string) uint32       { return w.n.ownFilledQty(order) }
+func (w tradeNode) OwnFailed(order string, err error)   { w.n.ownFailed(order, err) }
 
-// preemptibleLocked is whether lease r may still be preempted: it runs
-// and was not preempted before. The one statement of it, for both sides.
-// Holds r.mu.
-func preemptibleLocked(r *leaseRun) bool {
-	return r.ml.State == market.LeaseRunning && r.rec.PreemptAt.IsZero()
-}
-
-// Preemptible: a lease adapter (n.leases.runs, r.mu, r.rec, r.ml, r.terms).
-func (w tradeNode) Preemptible(mkt string) []market.Preemptible {
-	n := w.n
-	n.leases.mu.Lock()
-	defer n.leases.mu.Unlock()
-	var out []market.Preemptible
-	for _, r := range n.leases.runs {
-		r.mu.Lock()
-		if r.rec.Role == market.RoleProvider && r.terms.Market == mkt && preemptibleLocked(r) {
-			out = append(out, market.Preemptible{ID: r.id, GPUs: r.terms.Gpus, Price: r.terms.PriceMicros,
-				Type: market.LeaseType(r.terms.LeaseType), Since: r.ml.StartedAt})
-		}
-		r.mu.Unlock()
-	}
-	return out
-}
-
-// LeaseOf: a lease adapter (r.rec, r.peer, r.terms).
+func (w tradeNode) Preemptible(mkt string) []market.Preemptible { return w.n.leases.Preemptible(mkt) }
 func (w tradeNode) LeaseOf(id string) (market.Role, peer.ID, *proto.Lease, bool) {
-	r, err := w.n.leaseRun(id)
-	if err != nil {
-		return 0, "", nil, false
-	}
-	return r.rec.Role, r.peer, r.terms, true
+	return w.n.leases.Party(id)
 }
-
-// MarkPreempted: a lease adapter (r.mu, r.rec, r.ml, r.exec, putRecordLocked, poke).
 func (w tradeNode) MarkPreempted(id string, at time.Time, note string) (trade.Preempted, bool) {
-	r, err := w.n.leaseRun(id)
-	if err != nil {
-		return trade.Preempted{}, false
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !preemptibleLocked(r) {
-		return trade.Preempted{}, false
-	}
-	r.rec.PreemptAt, r.rec.Note = at, note
-	w.n.putRecordLocked(r)
-	l := trade.Preempted{Peer: r.peer, BidID: r.rec.BidID, Poke: r.poke}
-	if ex := r.exec; ex != nil && r.rec.Role == market.RoleProvider {
-		l.Stop = func(grace time.Duration) { ex.Stop(grace) }
-	}
-	return l, true
+	p, ok := w.n.leases.MarkPreempted(id, at, note)
+	return trade.Preempted(p), ok
 }
 func (w tradeNode) Requeue(bidID string, gpus int, left time.Duration) {
 	w.n.requeue(bidID, gpus, left)
@@ -156,10 +102,6 @@ func (w tradeNode) Requeue(bidID string, gpus int, left time.Duration) {
 func (n *Node) takePreemption(from peer.ID, env []byte) error {
 	return n.trade.TakePreemption(from, env)
 }
-
-// preemptible lists this provider's running spot leases in mkt not yet
-// preempted.
-func (n *Node) preemptible(mkt string) []market.Preemptible { return tradeNode{n}.Preemptible(mkt) }
 
 func (w tradeNode) ResaleTake(ctx context.Context, from peer.ID, take *proto.Take, takeEnv []byte, takeID string) (*proto.TradeReply, bool) {
 	return w.n.resale.HandleTake(ctx, from, take, takeEnv, takeID)
@@ -197,62 +139,18 @@ type resaleNode struct{ n *Node }
 
 var _ resale.Node = resaleNode{}
 
-// Lease: a lease adapter (r.mu, r.rec, r.terms, r.ml, r.peer).
 func (w resaleNode) Lease(id string) (resale.Lease, error) {
-	r, err := w.n.leaseRun(id)
-	if err != nil {
-		return resale.Lease{}, err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return resale.Lease{ID: r.id, Peer: r.peer, Role: r.rec.Role, Terms: r.terms, State: r.ml.State, Fill: r.rec.Fill}, nil
+	l, err := w.n.leases.Snapshot(id)
+	return resale.Lease(l), err
 }
-
-// EndResold: a lease adapter (r.mu, r.ml, endLocked, poke, runLease).
 func (w resaleNode) EndResold(id string, at time.Time, note string) {
-	r, err := w.n.leaseRun(id)
-	if err != nil {
-		return
-	}
-	r.mu.Lock()
-	if r.ml.State == market.LeaseRunning {
-		w.n.endLocked(r, market.CloseResold, at, note)
-	}
-	r.mu.Unlock()
-	r.poke()
-	w.n.runLease(r)
+	w.n.leases.EndResold(id, at, note)
 }
-
-// HandOver: a lease adapter (r.mu, r.rec, r.ml, endLocked).
 func (w resaleNode) HandOver(id string, fn func(billedTo time.Time) (time.Time, string, error)) (time.Time, error) {
-	r, err := w.n.leaseRun(id)
-	if err != nil {
-		return time.Time{}, &market.ResaleError{Label: "unknown-lease", Reason: err.Error()}
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.ml.State != market.LeaseRunning {
-		return time.Time{}, &market.ResaleError{Label: "ended", Reason: fmt.Sprintf("lease %s is %s", r.id, r.ml.State)}
-	}
-	at, note, err := fn(time.UnixMilli(max(r.ml.Chain.WindowEndUnixMs, r.ml.StartedAt.UnixMilli())))
-	if err != nil {
-		return time.Time{}, err
-	}
-	w.n.endLocked(r, market.CloseResold, at, note)
-	return r.ml.ClosedAt, nil
+	return w.n.leases.HandOver(id, fn)
 }
-
-// ResoldClosed: a lease adapter (poke, runLease, sendClose).
-func (w resaleNode) ResoldClosed(id string, at time.Time) {
-	r, err := w.n.leaseRun(id)
-	if err != nil {
-		return
-	}
-	r.poke()
-	w.n.runLease(r)
-	w.n.sendClose(r, market.CloseResold, at)
-}
-func (w resaleNode) StartLease(ev *p2p.BookEvent) { w.n.leaseFromFill(ev) }
+func (w resaleNode) ResoldClosed(id string, at time.Time) { w.n.leases.ResoldClosed(id, at) }
+func (w resaleNode) StartLease(ev *p2p.BookEvent)         { w.n.leases.FromFill(ev) }
 
 // ResaleOf and AddOwn: the own orders (ownMu, own).
 func (w resaleNode) ResaleOf(order string) string {
