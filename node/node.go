@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -266,7 +267,7 @@ type Node struct {
 
 	ctx       context.Context
 	cancel    context.CancelFunc
-	spawned   gate // background work Close waits for (spawn)
+	spawned   trade.Gate // background work Close waits for (spawn)
 	closeOnce sync.Once
 	closeErr  error
 
@@ -350,7 +351,7 @@ func New(opts ...Option) (_ *Node, err error) {
 	n := &Node{
 		lock: lock,
 		repo: o.repo, now: o.now, offerTTL: o.offerTTL, billingInterval: o.billing, perGPU: o.perGPU, chargeIncrement: o.chargeIncrement, schedule: o.schedule, scheduleOffset: o.scheduleOffset,
-		preemptNotice: cmpOrDuration(o.preemptNotice, market.PreemptionNotice), preemptMargin: market.DefaultPreemptMarginBP,
+		preemptNotice: cmp.Or(o.preemptNotice, market.PreemptionNotice), preemptMargin: market.DefaultPreemptMarginBP,
 		log: o.logger.With("node", filepath.Base(o.repo)),
 		own: map[string]*ownOrder{},
 	}
@@ -426,7 +427,7 @@ func New(opts ...Option) (_ *Node, err error) {
 	n.books = n.newBooks(o.sweepEvery, o.maxResting)
 	n.books.Start(n.ctx)
 	n.trade, n.resale = n.newTrader(), n.newResale()
-	p2p.HandleTakes(n.host, n.handleTake)
+	p2p.HandleTakes(n.host, n.trade.HandleTake)
 	p2p.HandleSync(n.host, n.books.AnswerSync)
 	if err := n.startLeases(o); err != nil {
 		return nil, err
@@ -500,7 +501,9 @@ func (n *Node) Close() error {
 			// Stop accepting streams before waiting for the workers.
 			n.host.RemoveStreamHandler(p2p.TradeProtocol)
 			n.host.RemoveStreamHandler(p2p.SyncProtocol)
-			n.stopLeases()
+			if n.leases != nil {
+				n.leases.Stop()
+			}
 		}
 		n.spawned.Close()
 		if n.books != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/internal/lease"
+	"github.com/suanli/suanli/node/internal/provider"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -60,7 +61,7 @@ func (n *Node) Offers(ctx context.Context, q api.OfferQuery) (_ []api.OfferView,
 	}
 	out := make([]api.OfferView, 0, len(list))
 	for _, o := range list {
-		out = append(out, withCapacity(offerView(o, f), o, f, now))
+		out = append(out, provider.WithCapacity(offerView(o, f), o, f, now))
 	}
 	return out, nil
 }

@@ -92,9 +92,9 @@ func (n *Node) startLeases(o options) error {
 			OverCreditLocked: n.credit.Over,
 			LeaseEnded:       n.leaseEnded,
 			TakePayment:      n.takePayment,
-			TakePreemption:   n.takePreemption,
-			TakePremium:      n.takePremiumCountersign,
-			TakeHandover:     n.takeHandover,
+			TakePreemption:   n.trade.TakePreemption,
+			TakePremium:      n.resale.TakePremiumCountersign,
+			TakeHandover:     n.resale.TakeHandover,
 			BidWorkload: func(bid string) (executor.Spec, bool) {
 				n.ownMu.Lock()
 				defer n.ownMu.Unlock()
@@ -108,13 +108,6 @@ func (n *Node) startLeases(o options) error {
 		},
 	})
 	return n.leases.Start()
-}
-
-// stopLeases: see lease.Manager.Stop.
-func (n *Node) stopLeases() {
-	if n.leases != nil {
-		n.leases.Stop()
-	}
 }
 
 // leaseMetrics counts the lease runtime's figures in the node's metrics.
@@ -193,7 +186,7 @@ func (n *Node) Lease(_ context.Context, id string) (_ api.LeaseView, err error) 
 		return api.LeaseView{}, err
 	}
 	v := r.View()
-	v.Resale = n.resaleView(id) // resale.go
+	v.Resale = n.resale.View(id)
 	return v, nil
 }
 

@@ -210,17 +210,7 @@ func (n *Node) leaseEnded() {
 	}
 }
 
-func withCapacity(v api.OfferView, o *proto.Offer, f market.OfferFilter, now time.Time) api.OfferView {
-	return provider.WithCapacity(v, o, f, now)
-}
-
 func parseStart(s string, now time.Time) (time.Time, error) { return market.ParseStart(s, now) }
-func leaseStartFor(bid *market.Order, now time.Time) time.Time {
-	return market.LeaseStartFor(bid, now)
-}
-func wantStart(o *market.Order, blockStart, now time.Time) time.Time {
-	return market.WantStart(o, blockStart, now)
-}
 
 func (n *Node) reservedAskPrice(req api.OrderRequest) (string, error) {
 	return n.prov.ReservedAskPrice(req.MinDuration)
@@ -284,10 +274,6 @@ func (n *Node) ownFailed(id string, err error) {
 }
 
 // Credit.
-
-func (n *Node) checkCredit(terms *proto.Lease, now time.Time) error {
-	return n.credit.Check(terms, now)
-}
 
 // checkBidCredit is checkCredit for the resting bid bidID of buyer this
 // provider is about to take, billed as its offer says.

@@ -18,9 +18,6 @@ import (
 // the rest of the node (tradeNode) and keeps the node's names for what
 // the other files call.
 
-// gate is trade.Gate: spawn's too.
-type gate = trade.Gate
-
 // newTrader builds the node's side of the take protocol, once the host,
 // store and books are up.
 func (n *Node) newTrader() *trade.Trader {
@@ -35,11 +32,6 @@ func (n *Node) newTrader() *trade.Trader {
 // takeLoop takes what o crosses (trade.Trader.TakeLoop).
 func (n *Node) takeLoop(ctx context.Context, o *market.Order, env []byte) {
 	n.trade.TakeLoop(ctx, o, env)
-}
-
-// handleTake answers a take (trade.Trader.HandleTake).
-func (n *Node) handleTake(ctx context.Context, from peer.ID, env []byte) *proto.TradeReply {
-	return n.trade.HandleTake(ctx, from, env)
 }
 
 // passedOver explains o's untaken crossing orders (trade.PassedOver).
@@ -58,17 +50,17 @@ func (w tradeNode) AskFacts(ctx context.Context, o *market.Order, seq uint64) er
 func (w tradeNode) OfferOf(ctx context.Context, p peer.ID, minSeq uint64) (*proto.Offer, error) {
 	return w.n.offerOf(ctx, p, minSeq)
 }
-func (w tradeNode) FreeGPUs(mkt string) ([]string, error) { return w.n.freeGPUs(mkt) }
+func (w tradeNode) FreeGPUs(mkt string) ([]string, error) { return w.n.prov.FreeGPUs(mkt) }
 func (w tradeNode) FreeGPUsFor(mkt string, start, end time.Time) ([]string, error) {
-	return w.n.freeGPUsFor(mkt, start, end)
+	return w.n.prov.FreeGPUsFor(mkt, start, end)
 }
 func (w tradeNode) LeaseStart(bid *market.Order, now time.Time) time.Time {
-	return leaseStartFor(bid, now)
+	return market.LeaseStartFor(bid, now)
 }
 func (w tradeNode) WantStart(o *market.Order, blockStart, now time.Time) time.Time {
-	return wantStart(o, blockStart, now)
+	return market.WantStart(o, blockStart, now)
 }
-func (w tradeNode) CheckCredit(l *proto.Lease, now time.Time) error { return w.n.checkCredit(l, now) }
+func (w tradeNode) CheckCredit(l *proto.Lease, now time.Time) error { return w.n.credit.Check(l, now) }
 func (w tradeNode) CheckBidCredit(bidID, buyer string, count uint32, price int64, currency string, d time.Duration) error {
 	return w.n.checkBidCredit(bidID, buyer, count, price, currency, d)
 }
@@ -98,11 +90,6 @@ func (w tradeNode) Requeue(bidID string, gpus int, left time.Duration) {
 	w.n.requeue(bidID, gpus, left)
 }
 
-// takePreemption is the buyer's side of a notice (trade.Trader.TakePreemption).
-func (n *Node) takePreemption(from peer.ID, env []byte) error {
-	return n.trade.TakePreemption(from, env)
-}
-
 func (w tradeNode) ResaleTake(ctx context.Context, from peer.ID, take *proto.Take, takeEnv []byte, takeID string) (*proto.TradeReply, bool) {
 	return w.n.resale.HandleTake(ctx, from, take, takeEnv, takeID)
 }
@@ -126,13 +113,6 @@ func (n *Node) placeResale(ctx context.Context, req api.OrderRequest) (api.Order
 func (n *Node) askFactsOf(ctx context.Context, o *market.Order, po *proto.Order) error {
 	return n.resale.AskFacts(ctx, o, po)
 }
-func (n *Node) takeHandover(from peer.ID, env []byte) ([]byte, error) {
-	return n.resale.TakeHandover(from, env)
-}
-func (n *Node) takePremiumCountersign(from peer.ID, env []byte) error {
-	return n.resale.TakePremiumCountersign(from, env)
-}
-func (n *Node) resaleView(id string) *api.ResaleView { return n.resale.View(id) }
 
 // resaleNode is the rest of the node as package resale sees it.
 type resaleNode struct{ n *Node }
