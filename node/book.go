@@ -34,7 +34,7 @@ func (n *Node) newBooks(sweepEvery time.Duration, maxResting int) *exchange.Book
 		MaxResting: maxResting,
 		Hooks: exchange.Hooks{
 			CheckAsk:    n.askFactsOf,
-			Cancelled:   n.ownCancelled,
+			Cancelled:   func(id string) { n.orders.Cancelled(id) },
 			FillLocked:  n.fillLocked,
 			Filled:      n.filled,
 			FillRefused: n.fillRefused,
@@ -101,7 +101,7 @@ func (n *Node) offerOf(ctx context.Context, p peer.ID, minSeq uint64) (*proto.Of
 // the lock (filled).
 func (n *Node) fillLocked(ev *p2p.BookEvent, _ int64, party bool) {
 	if party {
-		n.ownFilled(*ev.Fill, ev.Lease)
+		n.orders.Filled(*ev.Fill, ev.Lease)
 	}
 	n.inflight.Done(ev.Lease.GetId()) // a no-op unless the take is this node's
 }
@@ -145,11 +145,11 @@ func (n *Node) kickMarket(mkt string) { n.books.Kick(mkt) }
 // mkt that a new opposite order crosses.
 func (n *Node) takeCrossing(mkt string) {
 	for _, o := range n.books.Crossing(mkt, n.host.ID().String()) {
-		env := n.ownEnvelope(o.ID)
+		env := n.orders.Envelope(o.ID)
 		if env == nil {
 			continue
 		}
-		n.takeLoop(n.ctx, &o, env)
+		n.trade.TakeLoop(n.ctx, &o, env)
 	}
 }
 

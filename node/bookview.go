@@ -7,6 +7,7 @@ import (
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/internal/exchange"
+	"github.com/suanli/suanli/node/internal/orders"
 )
 
 // Book implements API: it joins the market if needed (fetching its open
@@ -78,7 +79,7 @@ func (n *Node) Trades(ctx context.Context, mkt string) (_ []api.TradeView, err e
 			return
 		}
 		for _, r := range s.Fills() {
-			out = append(out, tradeView(r.Fill, r.Lease))
+			out = append(out, orders.TradeView(r.Fill, r.Lease))
 		}
 	})
 	sort.Slice(out, func(i, j int) bool {

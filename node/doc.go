@@ -37,6 +37,10 @@
 //     answer) and only while fresh, the reservation of GPUs, the GPUs of
 //     own orders in takes in flight, spot preemption, and the
 //     explanation of orders passed over.
+//   - node/internal/orders: the node's own orders: built, signed,
+//     placed (taking what they cross, then resting), their fills, views,
+//     pages, cancels, and the re-queue of a preempted bid; its lock is a
+//     leaf. Reached through orders.go.
 //   - node/internal/resale: the resale of reserved time, holder's,
 //     provider's and new buyer's sides, and its records.
 //   - node/internal/provider: the provider's side: its offer (built from
@@ -58,20 +62,20 @@
 //
 // The take protocol (/suanli/trade/1.0.0) and the resale are wired in
 // wire_trade.go: every call they make on the rest of the node goes
-// through the adapters there (trade.Node, resale.Node), and the node's
-// own orders and their API stay in orders.go. Their states, messages and
-// transitions are written down in node/internal/trade and
-// node/internal/resale. TestHostileTakeReplay and TestHostileTakeOutOfTurn
+// through the adapters there (trade.Node, resale.Node); the node's own
+// orders are node/internal/orders, wired in orders.go. Their states,
+// messages and transitions are written down in node/internal/trade,
+// node/internal/resale and node/internal/orders. TestHostileTakeReplay and TestHostileTakeOutOfTurn
 // drive each row of the take's against a real node.
 //
 // Lock order, for the locks one part of the trade takes while holding
 // another (outermost first):
 //
-//	trade.Trader's lock → the books lock (exchange.Books) → ownMu, trade.Inflight
+//	trade.Trader's lock → the books lock (exchange.Books) → orders.Own's lock, trade.Inflight
 //	trade.Trader's lock → lease.Manager's lock → a lease's lock (Manager.Preemptible)
 //	a lease's lock → resale's handover (store writes only)
 //
-// ownMu, Inflight's, Answers' and resale.Manager's locks are leaves:
+// orders.Own's, Inflight's, Answers' and resale.Manager's locks are leaves:
 // held, they call nothing and lock nothing. So are the provider's side's
 // (its offer's, its standing asks', the credit policy's payment cache and
 // the telemetry ring): each is taken and released without a call out, and

@@ -27,6 +27,7 @@ import (
 	"github.com/suanli/suanli/node/internal/history"
 	"github.com/suanli/suanli/node/internal/httpapi"
 	"github.com/suanli/suanli/node/internal/lease"
+	"github.com/suanli/suanli/node/internal/orders"
 	"github.com/suanli/suanli/node/internal/provider"
 	"github.com/suanli/suanli/node/internal/resale"
 	"github.com/suanli/suanli/node/internal/store"
@@ -275,15 +276,10 @@ type Node struct {
 	books           *exchange.Books // the market replicas and their gossip (book.go)
 	offers          *exchange.Offers
 	billingInterval time.Duration
-	trade           *trade.Trader   // the take protocol, as taker and maker (wire_trade.go)
-	resale          *resale.Manager // resales of reserved time (wire_trade.go)
-	inflight        trade.Inflight  // GPUs of own orders in takes in flight, as taker or maker
-	// ownMu guards own, the node's own orders and what became of them. It
-	// is a leaf: taken after the trade lock and the books lock (a fill records
-	// itself here from inside the books lock), and nothing is locked or
-	// called out to while it is held (TestOrderViewWhileFillsApply).
-	ownMu           sync.Mutex
-	own             map[string]*ownOrder
+	trade           *trade.Trader        // the take protocol, as taker and maker (wire_trade.go)
+	resale          *resale.Manager      // resales of reserved time (wire_trade.go)
+	inflight        trade.Inflight       // GPUs of own orders in takes in flight, as taker or maker
+	orders          *orders.Own          // the node's own orders (orders.go)
 	attest          *attestor.Attestor   // see attest.go
 	leases          *lease.Manager       // the lease runtime (wire_lease.go)
 	perGPU          perGPU               // what each GPU is sold with (see WithResourcesPerGPU)
@@ -353,7 +349,6 @@ func New(opts ...Option) (_ *Node, err error) {
 		repo: o.repo, now: o.now, offerTTL: o.offerTTL, billingInterval: o.billing, perGPU: o.perGPU, chargeIncrement: o.chargeIncrement, schedule: o.schedule, scheduleOffset: o.scheduleOffset,
 		preemptNotice: cmp.Or(o.preemptNotice, market.PreemptionNotice), preemptMargin: market.DefaultPreemptMarginBP,
 		log: o.logger.With("node", filepath.Base(o.repo)),
-		own: map[string]*ownOrder{},
 	}
 	if o.preemptMargin != nil {
 		n.preemptMargin = *o.preemptMargin
@@ -425,6 +420,7 @@ func New(opts ...Option) (_ *Node, err error) {
 		return nil, err
 	}
 	n.books = n.newBooks(o.sweepEvery, o.maxResting)
+	n.orders = n.newOrders()
 	n.books.Start(n.ctx)
 	n.trade, n.resale = n.newTrader(), n.newResale()
 	p2p.HandleTakes(n.host, n.trade.HandleTake)

@@ -95,16 +95,9 @@ func (n *Node) startLeases(o options) error {
 			TakePreemption:   n.trade.TakePreemption,
 			TakePremium:      n.resale.TakePremiumCountersign,
 			TakeHandover:     n.resale.TakeHandover,
-			BidWorkload: func(bid string) (executor.Spec, bool) {
-				n.ownMu.Lock()
-				defer n.ownMu.Unlock()
-				if oo := n.own[bid]; oo != nil {
-					return oo.workload, true
-				}
-				return executor.Spec{}, false
-			},
-			CachedOffer: n.offers.Cached,
-			Limits:      n.leaseLimits,
+			BidWorkload:      n.orders.Workload,
+			CachedOffer:      n.offers.Cached,
+			Limits:           n.leaseLimits,
 		},
 	})
 	return n.leases.Start()

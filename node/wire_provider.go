@@ -36,12 +36,6 @@ var (
 	_ api.DashboardAPI = (*Node)(nil)
 )
 
-// Default lease terms a provider offers (provider.DefaultMinLease).
-const (
-	defaultMinLease = provider.DefaultMinLease
-	defaultMaxLease = provider.DefaultMaxLease
-)
-
 // DefaultCreditLimit is a provider's credit limit per buyer when neither
 // an option nor config.json sets one: 10 units of the provider's currency.
 const DefaultCreditLimit = credit.DefaultLimit
@@ -210,20 +204,7 @@ func (n *Node) leaseEnded() {
 	}
 }
 
-func parseStart(s string, now time.Time) (time.Time, error) { return market.ParseStart(s, now) }
-
-func (n *Node) reservedAskPrice(req api.OrderRequest) (string, error) {
-	return n.prov.ReservedAskPrice(req.MinDuration)
-}
-
-func (n *Node) freeGPUsFor(mkt string, from, end time.Time) ([]string, error) {
-	return n.prov.FreeGPUsFor(mkt, from, end)
-}
-
 // Standing asks.
-
-func checkReplenish(req api.OrderRequest) error          { return provider.CheckReplenish(req) }
-func (n *Node) standAsk(id string, req api.OrderRequest) { n.standing.Stand(id, req) }
 
 // StandingAsks lists the standing asks: ID, count kept, orders placed.
 func (n *Node) StandingAsks() []api.StandingAskView { return n.standing.List() }
@@ -234,43 +215,9 @@ type standingOrders struct{ *Node }
 
 func (s standingOrders) FreeGPUs(mkt string) ([]string, error) { return s.prov.FreeGPUs(mkt) }
 
-// MarkStanding records that order was placed for the standing ask standing.
-func (s standingOrders) MarkStanding(order, standing string) {
-	s.ownMu.Lock()
-	defer s.ownMu.Unlock()
-	if oo := s.own[order]; oo != nil {
-		oo.stand = standing
-	}
-}
-
-// RestingAsks counts the GPUs on this node's resting, unexpired asks in a
-// market: already on the book.
+func (s standingOrders) MarkStanding(order, standing string) { s.orders.MarkStanding(order, standing) }
 func (s standingOrders) RestingAsks(mkt string, now time.Time) uint32 {
-	type ref struct{ id, currency string }
-	var refs []ref
-	s.ownMu.Lock()
-	for id, oo := range s.own {
-		if oo.order.Side == market.Ask && oo.order.Market == mkt && (oo.status == "resting" || oo.status == "taking") && oo.order.Expires.After(now) {
-			refs = append(refs, ref{id, oo.order.Currency})
-		}
-	}
-	s.ownMu.Unlock()
-	var sum uint32
-	for _, r := range refs {
-		if _, rem, ok := s.books.Lookup(mkt, r.currency, r.id); ok {
-			sum += rem
-		}
-	}
-	return sum
-}
-
-// ownFailed records why one of this node's orders failed to take a match.
-func (n *Node) ownFailed(id string, err error) {
-	n.ownMu.Lock()
-	defer n.ownMu.Unlock()
-	if oo := n.own[id]; oo != nil {
-		oo.err = err.Error()
-	}
+	return s.orders.RestingAsks(mkt, now)
 }
 
 // Credit.

@@ -29,16 +29,6 @@ func (n *Node) newTrader() *trade.Trader {
 	})
 }
 
-// takeLoop takes what o crosses (trade.Trader.TakeLoop).
-func (n *Node) takeLoop(ctx context.Context, o *market.Order, env []byte) {
-	n.trade.TakeLoop(ctx, o, env)
-}
-
-// passedOver explains o's untaken crossing orders (trade.PassedOver).
-func (n *Node) passedOver(o market.Order, left uint32) []api.PassView {
-	return trade.PassedOver(n.books, o, left, n.now())
-}
-
 // tradeNode is the rest of the node as package trade sees it.
 type tradeNode struct{ n *Node }
 
@@ -75,8 +65,8 @@ func (w tradeNode) StoreFailed(what string, err error, lease string) {
 }
 
 func (w tradeNode) TermsFailed(lease string, err error) { w.n.leases.TermsFailed(lease, err) }
-func (w tradeNode) OwnFilled(order string) uint32       { return w.n.ownFilledQty(order) }
-func (w tradeNode) OwnFailed(order string, err error)   { w.n.ownFailed(order, err) }
+func (w tradeNode) OwnFilled(order string) uint32       { return w.n.orders.FilledQty(order) }
+func (w tradeNode) OwnFailed(order string, err error)   { w.n.orders.Failed(order, err) }
 
 func (w tradeNode) Preemptible(mkt string) []market.Preemptible { return w.n.leases.Preemptible(mkt) }
 func (w tradeNode) LeaseOf(id string) (market.Role, peer.ID, *proto.Lease, bool) {
@@ -87,7 +77,7 @@ func (w tradeNode) MarkPreempted(id string, at time.Time, note string) (trade.Pr
 	return trade.Preempted(p), ok
 }
 func (w tradeNode) Requeue(bidID string, gpus int, left time.Duration) {
-	w.n.requeue(bidID, gpus, left)
+	w.n.orders.Requeue(bidID, gpus, left)
 }
 
 func (w tradeNode) ResaleTake(ctx context.Context, from peer.ID, take *proto.Take, takeEnv []byte, takeID string) (*proto.TradeReply, bool) {
@@ -107,9 +97,6 @@ func (n *Node) newResale() *resale.Manager {
 
 // Forwarders for the other files of node.
 
-func (n *Node) placeResale(ctx context.Context, req api.OrderRequest) (api.OrderView, error) {
-	return n.resale.Place(ctx, req)
-}
 func (n *Node) askFactsOf(ctx context.Context, o *market.Order, po *proto.Order) error {
 	return n.resale.AskFacts(ctx, o, po)
 }
@@ -132,21 +119,11 @@ func (w resaleNode) HandOver(id string, fn func(billedTo time.Time) (time.Time, 
 func (w resaleNode) ResoldClosed(id string, at time.Time) { w.n.leases.ResoldClosed(id, at) }
 func (w resaleNode) StartLease(ev *p2p.BookEvent)         { w.n.leases.FromFill(ev) }
 
-// ResaleOf and AddOwn: the own orders (ownMu, own).
-func (w resaleNode) ResaleOf(order string) string {
-	w.n.ownMu.Lock()
-	defer w.n.ownMu.Unlock()
-	if oo := w.n.own[order]; oo != nil {
-		return oo.req.Resell
-	}
-	return ""
-}
+func (w resaleNode) ResaleOf(order string) string { return w.n.orders.ResaleOf(order) }
 func (w resaleNode) AddOwn(o *market.Order, env []byte, req api.OrderRequest) {
-	w.n.ownMu.Lock()
-	defer w.n.ownMu.Unlock()
-	w.n.own[o.ID] = &ownOrder{order: *o, env: env, status: "resting", req: req}
+	w.n.orders.Add(o, env, req)
 }
-func (w resaleNode) OwnFilled(f market.Fill, l *proto.Lease) { w.n.ownFilled(f, l) }
+func (w resaleNode) OwnFilled(f market.Fill, l *proto.Lease) { w.n.orders.Filled(f, l) }
 func (w resaleNode) Order(ctx context.Context, id string) (api.OrderView, error) {
 	return w.n.Order(ctx, id)
 }
