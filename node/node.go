@@ -29,6 +29,8 @@ import (
 	"github.com/suanli/suanli/node/internal/lease"
 	"github.com/suanli/suanli/node/internal/orders"
 	"github.com/suanli/suanli/node/internal/provider"
+	"github.com/suanli/suanli/node/internal/repo"
+	"github.com/suanli/suanli/node/internal/repofile"
 	"github.com/suanli/suanli/node/internal/resale"
 	"github.com/suanli/suanli/node/internal/store"
 	"github.com/suanli/suanli/node/internal/trade"
@@ -135,7 +137,7 @@ func WithListen(addrs ...string) Option {
 // WithBootstrap replaces the bootstrap peers (full multiaddrs with /p2p/<id>).
 func WithBootstrap(addrs ...string) Option {
 	return func(o *options) error {
-		if _, err := parseBootstrap(addrs); err != nil {
+		if _, err := repo.ParseBootstrap(addrs); err != nil {
 			return err
 		}
 		o.bootstrap = addrs
@@ -329,7 +331,7 @@ func New(opts ...Option) (_ *Node, err error) {
 	}
 	// Lock before anything else: two daemons starting at once on a fresh
 	// repo must not both initialize it.
-	lock, err := lockRepo(o.repo)
+	lock, err := repofile.Lock(o.repo)
 	if err != nil {
 		return nil, err
 	}
@@ -376,7 +378,7 @@ func New(opts ...Option) (_ *Node, err error) {
 	if o.api != nil {
 		apiAddr = *o.api
 	}
-	n.region = cmpOr(o.region, cfg.Region, defaultRegion)
+	n.region = cmpOr(o.region, cfg.Region, repo.DefaultRegion)
 	if !market.ValidRegion(n.region) {
 		return nil, fmt.Errorf("node: region %q in config: want a code like CN-GZ", n.region)
 	}
@@ -387,13 +389,13 @@ func New(opts ...Option) (_ *Node, err error) {
 	if n.credit, err = n.newCredit(o, cfg, pid); err != nil {
 		return nil, err
 	}
-	peers, err := parseBootstrap(bootstrap)
+	peers, err := repo.ParseBootstrap(bootstrap)
 	if err != nil {
 		return nil, err
 	}
 
 	n.metrics = newMetrics()
-	if n.store, err = store.Open(filepath.Join(o.repo, datastoreDir), store.Options{Logger: o.logger.With("subsystem", "badger"), Now: n.now}); err != nil {
+	if n.store, err = store.Open(filepath.Join(o.repo, repo.DatastoreDir), store.Options{Logger: o.logger.With("subsystem", "badger"), Now: n.now}); err != nil {
 		return nil, err
 	}
 	n.openGPUs(o, cfg)
@@ -591,22 +593,6 @@ func (n *Node) Peers(context.Context) (_ []api.PeerView, err error) {
 			v.Addrs = append(v.Addrs, c.RemoteMultiaddr().String())
 		}
 		out = append(out, v)
-	}
-	return out, nil
-}
-
-func parseBootstrap(addrs []string) ([]peer.AddrInfo, error) {
-	var out []peer.AddrInfo
-	for _, a := range addrs {
-		m, err := ma.NewMultiaddr(a)
-		if err != nil {
-			return nil, fmt.Errorf("node: bootstrap address %q: %w", a, err)
-		}
-		ai, err := peer.AddrInfoFromP2pAddr(m)
-		if err != nil {
-			return nil, fmt.Errorf("node: bootstrap address %q must end in /p2p/<peer-id>: %w", a, err)
-		}
-		out = append(out, *ai)
 	}
 	return out, nil
 }
