@@ -41,7 +41,7 @@ func (n *Node) startAttest(o options) {
 	n.attest = attestor.New(attestor.Config{
 		Host: n.host, GPUs: n.gpus, Store: n.store, OfferOf: n.offerOf, Published: n.Published,
 		Closing: func() bool { return n.ctx.Err() != nil },
-		Now:     n.now, Log: n.log, Rejects: n.metrics.rejects, Window: o.verdictTTL,
+		Now:     n.now, Log: n.log, Rejects: n.metrics.Rejects, Window: o.verdictTTL,
 	})
 }
 

@@ -27,9 +27,9 @@ func (n *Node) newBooks(sweepEvery time.Duration, maxResting int) *exchange.Book
 		Providers:  n.dht.Providers,
 		Now:        n.now,
 		Log:        n.log,
-		Rejects:    n.metrics.rejects,
-		Orders:     n.metrics.orders,
-		Fills:      n.metrics.fills,
+		Rejects:    n.metrics.Rejects,
+		Orders:     n.metrics.Orders,
+		Fills:      n.metrics.Fills,
 		SweepEvery: sweepEvery,
 		MaxResting: maxResting,
 		Hooks: exchange.Hooks{

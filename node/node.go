@@ -27,6 +27,7 @@ import (
 	"github.com/suanli/suanli/node/internal/history"
 	"github.com/suanli/suanli/node/internal/httpapi"
 	"github.com/suanli/suanli/node/internal/lease"
+	"github.com/suanli/suanli/node/internal/metrics"
 	"github.com/suanli/suanli/node/internal/orders"
 	"github.com/suanli/suanli/node/internal/provider"
 	"github.com/suanli/suanli/node/internal/repo"
@@ -265,7 +266,7 @@ type Node struct {
 	offerTTL  time.Duration
 	now       func() time.Time
 	log       *slog.Logger
-	metrics   *metrics
+	metrics   *metrics.Metrics
 	api       *httpapi.Server
 
 	ctx       context.Context
@@ -394,7 +395,7 @@ func New(opts ...Option) (_ *Node, err error) {
 		return nil, err
 	}
 
-	n.metrics = newMetrics()
+	n.metrics = metrics.New()
 	if n.store, err = store.Open(filepath.Join(o.repo, repo.DatastoreDir), store.Options{Logger: o.logger.With("subsystem", "badger"), Now: n.now}); err != nil {
 		return nil, err
 	}
@@ -402,21 +403,21 @@ func New(opts ...Option) (_ *Node, err error) {
 
 	if o.host != nil {
 		n.host, n.hostInjected = o.host, true
-	} else if n.host, err = p2p.NewHost(p2p.HostConfig{Key: n.key, Listen: listen, Registerer: n.metrics.reg}); err != nil {
+	} else if n.host, err = p2p.NewHost(p2p.HostConfig{Key: n.key, Listen: listen, Registerer: n.metrics.Reg}); err != nil {
 		return nil, err
 	}
 	validator := p2p.OfferValidator{Now: n.now, OnReject: func(reason string) {
-		n.metrics.rejects.WithLabelValues("offer", reason).Inc()
+		n.metrics.Rejects.WithLabelValues("offer", reason).Inc()
 	}}
 	if n.dht, err = p2p.NewDHT(p2p.DHTConfig{Host: n.host, Validator: validator, Client: o.client, Bootstrap: peers}); err != nil {
 		return nil, err
 	}
-	n.metrics.watch(n)
+	watchMetrics(n.metrics, n)
 	n.newProvider()
 
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.offers = exchange.NewOffers(n.ctx, exchange.OffersConfig{
-		DHT: n.dht, Store: n.store, Self: n.host.ID(), Published: n.Published, Now: n.now, Log: n.log, Found: n.metrics.found,
+		DHT: n.dht, Store: n.store, Self: n.host.ID(), Published: n.Published, Now: n.now, Log: n.log, Found: n.metrics.Found,
 	})
 	if n.ps, err = p2p.NewPubSub(n.ctx, n.host); err != nil {
 		return nil, err

@@ -8,12 +8,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/executor"
 	"github.com/suanli/suanli/node/internal/lease"
 	"github.com/suanli/suanli/node/internal/leases"
+	"github.com/suanli/suanli/node/internal/metrics"
 	"github.com/suanli/suanli/proto"
 )
 
@@ -67,7 +66,7 @@ type WorkloadSpec = executor.Spec
 
 // storeFailed logs and counts a failed write of what on the money path.
 func (n *Node) storeFailed(what string, err error, lease string) {
-	n.metrics.storeErrors.WithLabelValues(what).Inc()
+	n.metrics.StoreErrors.WithLabelValues(what).Inc()
 	n.log.Error("store write failed", "what", what, "lease", lease, "err", err)
 }
 
@@ -104,20 +103,11 @@ func (n *Node) startLeases(o options) error {
 }
 
 // leaseMetrics counts the lease runtime's figures in the node's metrics.
-type leaseMetrics struct{ m *metrics }
+type leaseMetrics struct{ m *metrics.Metrics }
 
-func (l leaseMetrics) Reject(kind, reason string) { l.m.rejects.WithLabelValues(kind, reason).Inc() }
-func (l leaseMetrics) StoreError(what string)     { l.m.storeErrors.WithLabelValues(what).Inc() }
-func (l leaseMetrics) ReceiptsDropped(k int)      { l.m.leaseReceiptsDropped.Add(float64(k)) }
-
-func newLeaseCollector(n *Node) prometheus.Collector {
-	return lease.NewCollector(func() *lease.Manager {
-		if n.leases == nil {
-			return nil
-		}
-		return n.leases
-	}, func() (int, bool) { return n.inventoryCount(), n.gpus != nil })
-}
+func (l leaseMetrics) Reject(kind, reason string) { l.m.Rejects.WithLabelValues(kind, reason).Inc() }
+func (l leaseMetrics) StoreError(what string)     { l.m.StoreErrors.WithLabelValues(what).Inc() }
+func (l leaseMetrics) ReceiptsDropped(k int)      { l.m.LeaseReceiptsDropped.Add(float64(k)) }
 
 // leaseLimits is what a lease of gpus GPUs may use on this provider.
 func (n *Node) leaseLimits(gpus int) executor.Limits {

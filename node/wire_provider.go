@@ -87,7 +87,7 @@ func (n *Node) newCredit(o options, cfg Config, self peer.ID) (*credit.Policy, e
 		Leases: func(buyer peer.ID, currency, except string, add func(*market.Lease) error) error {
 			return n.leases.EachProvided(buyer, currency, except, add)
 		},
-		Reject: func(kind, reason string) { n.metrics.rejects.WithLabelValues(kind, reason).Inc() },
+		Reject: func(kind, reason string) { n.metrics.Rejects.WithLabelValues(kind, reason).Inc() },
 	})
 }
 
@@ -102,8 +102,8 @@ func (p nodePayments) PaymentsBetween(provider, buyer peer.ID, fn func(uint64, [
 func (n *Node) newProvider() {
 	n.prov = provider.New(provider.Config{
 		Self: n.host.ID(), Key: n.key, GPUs: n.gpus, NoGPU: n.noGPU, Store: n.store, DHT: n.dht, Clock: provider.SystemClock(n.now), Log: n.log,
-		Published: n.metrics.published,
-		Telemetry: func(at time.Time, tel []gpu.Telemetry) { n.metrics.observe(tel); n.telHist.Add(at, tel) },
+		Published: n.metrics.Published,
+		Telemetry: func(at time.Time, tel []gpu.Telemetry) { n.metrics.Observe(tel); n.telHist.Add(at, tel) },
 		OfferTTL:  n.offerTTL, Region: n.region, Price: n.price, Schedule: n.schedule, ScheduleOffset: n.scheduleOffset,
 		BillingInterval: n.billingInterval, ChargeIncrement: n.chargeIncrement,
 		Hooks: provider.Hooks{
