@@ -10,6 +10,7 @@ import (
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/internal/attestor"
+	"github.com/suanli/suanli/node/internal/view"
 	"github.com/suanli/suanli/proto"
 )
 
@@ -88,5 +89,5 @@ func (n *Node) attestedLevel(ctx context.Context, p peer.ID, offer *proto.Offer)
 	if n.attest != nil && n.attest.Covers(ctx, p, offer) {
 		return market.AttestCCVerified
 	}
-	return attestationName(offer.Attestation)
+	return view.AttestationName(offer.Attestation)
 }

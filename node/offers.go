@@ -9,6 +9,7 @@ import (
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/internal/lease"
 	"github.com/suanli/suanli/node/internal/provider"
+	"github.com/suanli/suanli/node/internal/view"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -21,7 +22,7 @@ import (
 // yields nothing, unexpired offers cached in Badger are used.
 func (n *Node) Offers(ctx context.Context, q api.OfferQuery) (_ []api.OfferView, err error) {
 	defer classified(&err)
-	f, err := offerFilter(q)
+	f, err := view.OfferFilter(q)
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +62,7 @@ func (n *Node) Offers(ctx context.Context, q api.OfferQuery) (_ []api.OfferView,
 	}
 	out := make([]api.OfferView, 0, len(list))
 	for _, o := range list {
-		out = append(out, provider.WithCapacity(offerView(o, f), o, f, now))
+		out = append(out, provider.WithCapacity(view.Offer(o, f), o, f, now))
 	}
 	return out, nil
 }
