@@ -5,6 +5,7 @@ import (
 
 	"github.com/suanli/suanli/node/internal/lease"
 	"github.com/suanli/suanli/node/internal/metrics"
+	"github.com/suanli/suanli/node/internal/provider"
 )
 
 // The node's Prometheus registry is package metrics'.
@@ -12,7 +13,7 @@ import (
 // watchMetrics registers the gauges read from the node on each scrape.
 func watchMetrics(m *metrics.Metrics, n *Node) {
 	m.Reg.MustRegister(
-		lease.NewCollector(func() *lease.Manager { return n.leases }, func() (int, bool) { return n.inventoryCount(), n.gpus != nil }),
+		lease.NewCollector(func() *lease.Manager { return n.leases }, func() (int, bool) { return provider.Count(n.gpus), n.gpus != nil }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "suanli_dht_routing_table_peers", Help: "Peers in the DHT routing table.",
 		}, func() float64 {

@@ -67,7 +67,7 @@ type options struct {
 	docker    *DockerConfig
 	slurm     *SlurmConfig
 	process   executor.ProcessConfig
-	perGPU    perGPU
+	perGPU    provider.PerGPU
 	// Preemption (see preempt.go).
 	preemptNotice time.Duration
 	preemptMargin *int64
@@ -285,7 +285,7 @@ type Node struct {
 	orders          *orders.Own          // the node's own orders (orders.go)
 	attest          *attestor.Attestor   // see attest.go
 	leases          *lease.Manager       // the lease runtime (wire_lease.go)
-	perGPU          perGPU               // what each GPU is sold with (see WithResourcesPerGPU)
+	perGPU          provider.PerGPU      // what each GPU is sold with (see WithResourcesPerGPU)
 	preemptNotice   time.Duration        // spot leases' notice before preemption
 	chargeIncrement time.Duration        // the unit leases charge GPU time in (see WithBillingIncrement)
 	schedule        []*proto.PriceWindow // time-of-day prices (see WithPriceSchedule)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
-	"syscall"
 	"time"
 
 	"github.com/suanli/suanli/node/api"
@@ -13,6 +11,7 @@ import (
 	"github.com/suanli/suanli/node/internal/lease"
 	"github.com/suanli/suanli/node/internal/leases"
 	"github.com/suanli/suanli/node/internal/metrics"
+	"github.com/suanli/suanli/node/internal/provider"
 	"github.com/suanli/suanli/proto"
 )
 
@@ -111,46 +110,8 @@ func (l leaseMetrics) ReceiptsDropped(k int)      { l.m.LeaseReceiptsDropped.Add
 
 // leaseLimits is what a lease of gpus GPUs may use on this provider.
 func (n *Node) leaseLimits(gpus int) executor.Limits {
-	p := n.resourcesPerGPU()
-	return executor.Limits{MilliCPUs: p.milliCPUs * int64(gpus), MemoryBytes: int64(p.ram) * int64(gpus), DiskBytes: int64(p.disk) * int64(gpus)}
-}
-
-// resourcesPerGPU is what each GPU is sold with: as configured, or the
-// host's cores and memory shared out among its GPUs.
-func (n *Node) resourcesPerGPU() perGPU {
-	p := n.perGPU
-	gpus := 1
-	if inv := n.inventoryCount(); inv > 0 {
-		gpus = inv
-	}
-	if p.milliCPUs == 0 {
-		p.milliCPUs = int64(runtime.NumCPU()) * 1000 / int64(gpus)
-	}
-	if p.ram == 0 {
-		p.ram = hostMemory() / uint64(gpus)
-	}
-	return p
-}
-
-// hostMemory is the machine's RAM in bytes, 0 if unknown.
-func hostMemory() uint64 {
-	var si syscall.Sysinfo_t
-	if syscall.Sysinfo(&si) != nil {
-		return 0
-	}
-	return uint64(si.Totalram) * uint64(si.Unit)
-}
-
-// inventoryCount is how many GPUs this provider has, 0 for a buyer.
-func (n *Node) inventoryCount() int {
-	if n.gpus == nil {
-		return 0
-	}
-	inv, err := n.gpus.Inventory()
-	if err != nil {
-		return 0
-	}
-	return len(inv.Devices)
+	p := n.perGPU.Share(provider.Count(n.gpus))
+	return executor.Limits{MilliCPUs: p.MilliCPUs * int64(gpus), MemoryBytes: int64(p.RAM) * int64(gpus), DiskBytes: int64(p.Disk) * int64(gpus)}
 }
 
 // The API of leases.
@@ -191,29 +152,13 @@ func (n *Node) Logs(_ context.Context, id string, after uint64) (_ api.LogsView,
 
 // Receipts implements API: a lease's stored chain, each signature checked.
 func (n *Node) Receipts(_ context.Context, id string) ([]api.ReceiptView, error) {
-	terms, err := n.store.GetLease(id)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s", api.ErrUnknownLease, id)
-	}
-	chain, err := n.store.Receipts(id)
-	if err != nil {
-		return nil, err
-	}
-	return leases.ReceiptViews(terms, chain), nil
+	return n.leases.Receipts(id)
 }
 
 // VerifyReceipts implements API: every signature and link of a lease's
 // stored chain, checked again.
 func (n *Node) VerifyReceipts(_ context.Context, id string) (api.ChainReport, error) {
-	terms, err := n.store.GetLease(id)
-	if err != nil {
-		return api.ChainReport{}, fmt.Errorf("%w: %s", api.ErrUnknownLease, id)
-	}
-	chain, err := n.store.Receipts(id)
-	if err != nil {
-		return api.ChainReport{}, err
-	}
-	return VerifyChain(terms, chain), nil
+	return n.leases.VerifyReceipts(id)
 }
 
 // ExportReceipts implements API: a lease's signed terms (the fill's sealed
@@ -221,19 +166,7 @@ func (n *Node) VerifyReceipts(_ context.Context, id string) (api.ChainReport, er
 // without a node.
 func (n *Node) ExportReceipts(_ context.Context, id string) (_ []byte, err error) {
 	defer classified(&err)
-	r, err := n.leases.Lookup(id)
-	if err != nil {
-		return nil, err
-	}
-	chain, err := n.store.Receipts(id)
-	if err != nil {
-		return nil, err
-	}
-	b, err := leases.Export(r.Fill(), chain)
-	if err != nil {
-		return nil, fmt.Errorf("node: lease %s: %w", id, err)
-	}
-	return b, nil
+	return n.leases.Export(id)
 }
 
 // VerifyExport checks an exported chain (ExportReceipts) offline: the

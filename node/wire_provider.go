@@ -115,8 +115,8 @@ func (n *Node) newProvider() {
 				return lease.IsolationProto(n.isolation.Level)
 			},
 			Resources: func() provider.Resources {
-				p := n.resourcesPerGPU()
-				return provider.Resources{MilliCPUsPerGPU: uint64(p.milliCPUs), MemoryPerGPU: p.ram, DiskPerGPU: p.disk, HostMemory: hostMemory()}
+				p := n.perGPU.Share(provider.Count(n.gpus))
+				return provider.Resources{MilliCPUsPerGPU: uint64(p.MilliCPUs), MemoryPerGPU: p.RAM, DiskPerGPU: p.Disk, HostMemory: provider.HostMemory()}
 			},
 		},
 	})

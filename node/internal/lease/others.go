@@ -7,13 +7,15 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/internal/leases"
 	"github.com/suanli/suanli/proto"
 )
 
 // What the node's other parts ask of the leases: spot preemption
 // (node/internal/trade), the credit policy's scan of a buyer's leases
-// (node/internal/credit) and the resale of reserved time
-// (node/internal/resale). Each takes the manager's lock, then a run's,
+// (node/internal/credit), the resale of reserved time
+// (node/internal/resale), and the API's reads of stored chains. Each takes the manager's lock, then a run's,
 // never the other way (see Locks in the package doc).
 
 // preemptibleLocked is whether r may still be preempted: it runs and was
@@ -203,4 +205,50 @@ func (m *Manager) Adopt(r *Run) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.runs[r.id] = r
+}
+
+// Receipts is lease id's stored chain, each signature checked.
+func (m *Manager) Receipts(id string) ([]api.ReceiptView, error) {
+	terms, err := m.store.GetLease(id)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", api.ErrUnknownLease, id)
+	}
+	chain, err := m.store.Receipts(id)
+	if err != nil {
+		return nil, err
+	}
+	return leases.ReceiptViews(terms, chain), nil
+}
+
+// VerifyReceipts checks every signature and link of lease id's stored
+// chain again.
+func (m *Manager) VerifyReceipts(id string) (api.ChainReport, error) {
+	terms, err := m.store.GetLease(id)
+	if err != nil {
+		return api.ChainReport{}, fmt.Errorf("%w: %s", api.ErrUnknownLease, id)
+	}
+	chain, err := m.store.Receipts(id)
+	if err != nil {
+		return api.ChainReport{}, err
+	}
+	return leases.VerifyChain(terms, chain), nil
+}
+
+// Export is lease id's signed terms (the fill's sealed Accept) and
+// chain, as a proto.ReceiptChain that leases.VerifyExport checks without
+// a node.
+func (m *Manager) Export(id string) ([]byte, error) {
+	r, err := m.Lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	chain, err := m.store.Receipts(id)
+	if err != nil {
+		return nil, err
+	}
+	b, err := leases.Export(r.Fill(), chain)
+	if err != nil {
+		return nil, fmt.Errorf("node: lease %s: %w", id, err)
+	}
+	return b, nil
 }
