@@ -83,7 +83,6 @@ func creditSettings(o options, cfg Config, priceCurrency string) credit.Settings
 func (n *Node) newCredit(o options, cfg Config, self peer.ID) (*credit.Policy, error) {
 	return credit.New(creditSettings(o, cfg, n.price.Currency), credit.Config{
 		Self: self, Payments: nodePayments{n}, Log: n.log,
-		// The leases start after the policy: read when asked.
 		Leases: func(buyer peer.ID, currency, except string, add func(*market.Lease) error) error {
 			return n.leases.EachProvided(buyer, currency, except, add)
 		},
@@ -221,16 +220,6 @@ func (s standingOrders) RestingAsks(mkt string, now time.Time) uint32 {
 }
 
 // Credit.
-
-// checkBidCredit is checkCredit for the resting bid bidID of buyer this
-// provider is about to take, billed as its offer says.
-func (n *Node) checkBidCredit(bidID, buyer string, count uint32, price int64, currency string, d time.Duration) error {
-	interval := int64(n.billingInterval / time.Second)
-	if t := n.Published().GetTerms().GetBillingIncrementS(); t > 0 {
-		interval = t
-	}
-	return n.credit.CheckBid(bidID, buyer, count, price, currency, d, interval, n.now())
-}
 
 // creditViews are buyer's credit in its leases' currencies and the limit's.
 func (n *Node) creditViews(buyer peer.ID, currencies []string) []api.CreditView {

@@ -52,7 +52,11 @@ func (w tradeNode) WantStart(o *market.Order, blockStart, now time.Time) time.Ti
 }
 func (w tradeNode) CheckCredit(l *proto.Lease, now time.Time) error { return w.n.credit.Check(l, now) }
 func (w tradeNode) CheckBidCredit(bidID, buyer string, count uint32, price int64, currency string, d time.Duration) error {
-	return w.n.checkBidCredit(bidID, buyer, count, price, currency, d)
+	interval := int64(w.n.billingInterval / time.Second) // as the provider's offer bills it
+	if t := w.n.Published().GetTerms().GetBillingIncrementS(); t > 0 {
+		interval = t
+	}
+	return w.n.credit.CheckBid(bidID, buyer, count, price, currency, d, interval, w.n.now())
 }
 func (w tradeNode) CapacityChanged() { w.n.capacityChanged() }
 func (w tradeNode) PublishBook(ctx context.Context, mkt string, m *proto.BookMessage, ev *p2p.BookEvent) error {
@@ -102,48 +106,39 @@ func (n *Node) askFactsOf(ctx context.Context, o *market.Order, po *proto.Order)
 }
 
 // resaleNode is the rest of the node as package resale sees it.
-type resaleNode struct{ n *Node }
+type resaleNode struct{ *Node }
 
 var _ resale.Node = resaleNode{}
 
 func (w resaleNode) Lease(id string) (resale.Lease, error) {
-	l, err := w.n.leases.Snapshot(id)
+	l, err := w.leases.Snapshot(id)
 	return resale.Lease(l), err
 }
 func (w resaleNode) EndResold(id string, at time.Time, note string) {
-	w.n.leases.EndResold(id, at, note)
+	w.leases.EndResold(id, at, note)
 }
 func (w resaleNode) HandOver(id string, fn func(billedTo time.Time) (time.Time, string, error)) (time.Time, error) {
-	return w.n.leases.HandOver(id, fn)
+	return w.leases.HandOver(id, fn)
 }
-func (w resaleNode) ResoldClosed(id string, at time.Time) { w.n.leases.ResoldClosed(id, at) }
-func (w resaleNode) StartLease(ev *p2p.BookEvent)         { w.n.leases.FromFill(ev) }
+func (w resaleNode) ResoldClosed(id string, at time.Time) { w.leases.ResoldClosed(id, at) }
+func (w resaleNode) StartLease(ev *p2p.BookEvent)         { w.leases.FromFill(ev) }
 
-func (w resaleNode) ResaleOf(order string) string { return w.n.orders.ResaleOf(order) }
+func (w resaleNode) ResaleOf(order string) string { return w.orders.ResaleOf(order) }
 func (w resaleNode) AddOwn(o *market.Order, env []byte, req api.OrderRequest) {
-	w.n.orders.Add(o, env, req)
+	w.orders.Add(o, env, req)
 }
-func (w resaleNode) OwnFilled(f market.Fill, l *proto.Lease) { w.n.orders.Filled(f, l) }
-func (w resaleNode) Order(ctx context.Context, id string) (api.OrderView, error) {
-	return w.n.Order(ctx, id)
-}
-func (w resaleNode) CancelOrder(ctx context.Context, id string) (api.OrderView, error) {
-	return w.n.CancelOrder(ctx, id)
-}
-func (w resaleNode) JoinMarket(ctx context.Context, mkt string) error {
-	return w.n.JoinMarket(ctx, mkt)
-}
+func (w resaleNode) OwnFilled(f market.Fill, l *proto.Lease) { w.orders.Filled(f, l) }
 func (w resaleNode) PublishBook(ctx context.Context, mkt string, m *proto.BookMessage, ev *p2p.BookEvent) error {
-	return w.n.publishBook(ctx, mkt, m, ev)
+	return w.publishBook(ctx, mkt, m, ev)
 }
 func (w resaleNode) AskFacts(ctx context.Context, o *market.Order, seq uint64) error {
-	return w.n.askFacts(ctx, o, seq)
+	return w.askFacts(ctx, o, seq)
 }
 func (w resaleNode) OfferOf(ctx context.Context, p peer.ID, minSeq uint64) (*proto.Offer, error) {
-	return w.n.offerOf(ctx, p, minSeq)
+	return w.offerOf(ctx, p, minSeq)
 }
 func (w resaleNode) AttestedLevel(ctx context.Context, p peer.ID, offer *proto.Offer) string {
-	return w.n.attestedLevel(ctx, p, offer)
+	return w.attestedLevel(ctx, p, offer)
 }
-func (w resaleNode) Spawn(fn func()) bool     { return w.n.spawn(fn) }
-func (w resaleNode) Context() context.Context { return w.n.ctx }
+func (w resaleNode) Spawn(fn func()) bool     { return w.spawn(fn) }
+func (w resaleNode) Context() context.Context { return w.ctx }

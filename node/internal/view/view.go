@@ -1,13 +1,15 @@
 // Package view builds what the local API shows (node/api's views) of the
 // market's and the wire's objects: offers and the filter a query makes,
-// a GPU inventory, a book replica, a settlement statement. It holds no
-// state and does no I/O; the node reads what it shows and calls here.
+// a GPU inventory, a book replica, a settlement statement, the status
+// summary. It holds no state and does no I/O; the node reads what it
+// shows and calls here.
 package view
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -218,4 +220,36 @@ func Settlement(st market.Statement) (v api.SettlementView, bought []string) {
 			Payable: f(t.Payable), Paid: f(t.Paid), Owed: f(t.Owed), OwedMicros: t.Owed})
 	}
 	return v, bought
+}
+
+// Status fills v with the node's published offer o (nil: none) and the
+// counts of its orders, leases and what is owed in each currency.
+func Status(v *api.StatusView, o *proto.Offer, orders []api.OrderView, leases []api.LeaseView, settle []api.SettlementView) {
+	if o != nil {
+		v.Offer = &api.PublishedOffer{Seq: o.Seq, GPUs: len(o.Gpus), Region: o.Region, Currency: o.GetPricing().GetCurrency(),
+			Price:   market.FormatMicros(o.GetPricing().GetOnDemandMicros(), o.GetPricing().GetCurrency()),
+			Expires: time.UnixMilli(o.ExpiresUnixMs).UTC()}
+	}
+	v.Orders = len(orders)
+	for _, o := range orders {
+		if o.Status == "resting" {
+			v.OpenOrders++
+		}
+	}
+	v.Leases = len(leases)
+	for _, l := range leases {
+		if l.State == "running" {
+			v.RunningLeases++
+		}
+	}
+	owed := map[string]int64{}
+	for _, s := range settle {
+		for _, t := range s.Totals {
+			owed[t.Currency] += t.OwedMicros
+		}
+	}
+	for cur, micros := range owed {
+		v.Owed = append(v.Owed, api.OwedView{Currency: cur, Owed: market.FormatMicros(micros, cur), OwedMicros: micros})
+	}
+	slices.SortFunc(v.Owed, func(a, b api.OwedView) int { return strings.Compare(a.Currency, b.Currency) })
 }
