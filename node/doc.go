@@ -52,8 +52,13 @@
 //   - node/internal/history: the price history of the fills applied, the
 //     GPUs' recent telemetry and the markets' summary the dashboard reads.
 //   - node/internal/store: the Badger datastore and every key in it;
-//     node/internal/repofile: the repo's shared files and lock;
-//     node/internal/httpapi: the local API server.
+//     node/internal/repo: the repo directory, config.json and its edits
+//     (InitRepo, LoadConfig, Config here are its names);
+//     node/internal/repofile: the repo's files shared with node/client,
+//     and its lock; node/internal/httpapi: the local API server;
+//     node/internal/metrics: the Prometheus registry /metrics serves;
+//     node/internal/view: the API's views of offers, inventories, books,
+//     settlements and the status, pure functions.
 //
 // Concurrency: a Node's methods are safe for concurrent use. Each part of
 // the node guards its own state with its own lock and holds none across a
