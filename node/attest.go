@@ -10,6 +10,7 @@ import (
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/internal/attestor"
+	"github.com/suanli/suanli/node/internal/view"
 	"github.com/suanli/suanli/proto"
 )
 
@@ -41,7 +42,7 @@ func (n *Node) startAttest(o options) {
 	n.attest = attestor.New(attestor.Config{
 		Host: n.host, GPUs: n.gpus, Store: n.store, OfferOf: n.offerOf, Published: n.Published,
 		Closing: func() bool { return n.ctx.Err() != nil },
-		Now:     n.now, Log: n.log, Rejects: n.metrics.rejects, Window: o.verdictTTL,
+		Now:     n.now, Log: n.log, Rejects: n.metrics.Rejects, Window: o.verdictTTL,
 	})
 }
 
@@ -88,5 +89,5 @@ func (n *Node) attestedLevel(ctx context.Context, p peer.ID, offer *proto.Offer)
 	if n.attest != nil && n.attest.Covers(ctx, p, offer) {
 		return market.AttestCCVerified
 	}
-	return attestationName(offer.Attestation)
+	return view.AttestationName(offer.Attestation)
 }

@@ -29,14 +29,14 @@ func (n *Node) newBooks(sweepEvery time.Duration, maxResting int) *exchange.Book
 		Offers:     n.offers,
 		Now:        n.now,
 		Log:        n.log,
-		Rejects:    n.metrics.rejects,
-		Orders:     n.metrics.orders,
-		Fills:      n.metrics.fills,
+		Rejects:    n.metrics.Rejects,
+		Orders:     n.metrics.Orders,
+		Fills:      n.metrics.Fills,
 		SweepEvery: sweepEvery,
 		MaxResting: maxResting,
 		Hooks: exchange.Hooks{
 			CheckAsk:    n.askFactsOf,
-			Cancelled:   n.ownCancelled,
+			Cancelled:   func(id string) { n.orders.Cancelled(id) },
 			FillLocked:  n.fillLocked,
 			Filled:      n.filled,
 			FillRefused: n.fillRefused,
@@ -119,7 +119,7 @@ func (n *Node) offerOf(ctx context.Context, p peer.ID, minSeq uint64) (*proto.Of
 // the lock (filled).
 func (n *Node) fillLocked(ev *p2p.BookEvent, _ int64, party bool) {
 	if party {
-		n.ownFilled(*ev.Fill, ev.Lease)
+		n.orders.Filled(*ev.Fill, ev.Lease)
 	}
 	n.inflight.Done(ev.Lease.GetId()) // a no-op unless the take is this node's
 }
@@ -129,11 +129,13 @@ func (n *Node) fillLocked(ev *p2p.BookEvent, _ int64, party bool) {
 func (n *Node) filled(ev *p2p.BookEvent, index int64, party bool) {
 	f := ev.Fill
 	if party {
-		n.leaseFromFill(ev)
+		if n.leases != nil {
+			n.leases.FromFill(ev)
+		}
 	}
 	if err := n.store.PutFill(f.ID, f.Time, ev.Raw); err != nil {
 		// The lease keeps the signed fill in its own record too.
-		n.storeFailed(&storeError{what: "fill", err: err}, ev.Lease.Id)
+		n.storeFailed("fill", err, ev.Lease.Id)
 	}
 	n.recordHistory(*f, index)
 	n.log.Info("trade", "market", f.Market, "count", f.Quantity, "price", market.FormatMicros(f.Price, f.Currency),
@@ -145,7 +147,7 @@ func (n *Node) filled(ev *p2p.BookEvent, index int64, party bool) {
 func (n *Node) fillRefused(ev *p2p.BookEvent, err error) {
 	if isFillEvidence(err) && ev.Raw != nil {
 		if perr := n.putFillEvidence(*ev.Fill, ev.Raw, err, n.now()); perr != nil {
-			n.storeFailed(&storeError{what: "fill evidence", err: perr}, ev.Fill.ID)
+			n.storeFailed("fill evidence", perr, ev.Fill.ID)
 		}
 	}
 }
@@ -161,11 +163,11 @@ func (n *Node) kickMarket(mkt string) { n.books.Kick(mkt) }
 // mkt that a new opposite order crosses.
 func (n *Node) takeCrossing(mkt string) {
 	for _, o := range n.books.Crossing(mkt, n.host.ID().String()) {
-		env := n.ownEnvelope(o.ID)
+		env := n.orders.Envelope(o.ID)
 		if env == nil {
 			continue
 		}
-		n.takeLoop(n.ctx, &o, env)
+		n.trade.TakeLoop(n.ctx, &o, env)
 	}
 }
 

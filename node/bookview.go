@@ -7,6 +7,8 @@ import (
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/internal/exchange"
+	"github.com/suanli/suanli/node/internal/orders"
+	"github.com/suanli/suanli/node/internal/view"
 )
 
 // Book implements API: it joins the market if needed (fetching its open
@@ -20,46 +22,8 @@ func (n *Node) Book(ctx context.Context, mkt, currency string) (_ api.BookView, 
 	if _, err := market.LookupCurrency(cur); err != nil {
 		return api.BookView{}, api.BadRequest("%v", err)
 	}
-	f := func(p int64) string { return market.FormatMicros(p, cur) }
-	v := api.BookView{Market: mkt, Currency: cur, Bids: []api.LevelView{}, Asks: []api.LevelView{}}
-	now := n.now()
-	if err := n.books.With(mkt, cur, func(s *exchange.Replica) {
-		for _, side := range []market.Side{market.Bid, market.Ask} {
-			for o, rem := range s.Book.Orders(side) {
-				if o.Start.After(now) {
-					b := api.BlockView{Side: side.String(), Price: f(o.Price), Count: rem, Start: o.Start.UTC()}
-					if side == market.Bid {
-						b.Duration = o.Duration.String()
-					} else {
-						b.MaxDuration = o.MaxDuration.String()
-					}
-					v.Blocks = append(v.Blocks, b)
-				}
-			}
-		}
-		bids, asks := s.Book.Depth(0)
-		for _, l := range bids {
-			v.Bids = append(v.Bids, api.LevelView{Price: f(l.Price), Count: l.Quantity, Orders: l.Orders})
-		}
-		for _, l := range asks {
-			v.Asks = append(v.Asks, api.LevelView{Price: f(l.Price), Count: l.Quantity, Orders: l.Orders})
-		}
-		if p, ok := s.Book.BestBid(); ok {
-			v.BestBid = f(p)
-		}
-		if p, ok := s.Book.BestAsk(); ok {
-			v.BestAsk = f(p)
-		}
-		if p, ok := s.Book.Spread(); ok {
-			v.Spread = f(p)
-		}
-		if p, ok := s.Book.Spot(); ok {
-			v.Spot = f(p)
-		}
-		if p, ok := s.Index.Value(n.now()); ok {
-			v.Index = f(p)
-		}
-	}); err != nil {
+	var v api.BookView
+	if err := n.books.With(mkt, cur, func(s *exchange.Replica) { v = view.Book(s, mkt, cur, n.now()) }); err != nil {
 		return api.BookView{}, api.BadRequest("%v", err)
 	}
 	return v, nil
@@ -78,7 +42,7 @@ func (n *Node) Trades(ctx context.Context, mkt string) (_ []api.TradeView, err e
 			return
 		}
 		for _, r := range s.Fills() {
-			out = append(out, tradeView(r.Fill, r.Lease))
+			out = append(out, orders.TradeView(r.Fill, r.Lease))
 		}
 	})
 	sort.Slice(out, func(i, j int) bool {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/suanli/suanli/gpu"
+	"github.com/suanli/suanli/node/internal/metrics"
 )
 
 // TestGrafanaDashboard checks contrib/grafana's dashboard against the
@@ -37,11 +38,11 @@ func TestGrafanaDashboard(t *testing.T) {
 	if err := json.Unmarshal(b, &d); err != nil {
 		t.Fatalf("grafana JSON: %v", err)
 	}
-	m := newMetrics()
-	m.watch(&Node{})
-	m.observe([]gpu.Telemetry{{UUID: "GPU-x"}})
-	m.rejects.WithLabelValues("order", "bad_signature").Inc()
-	fams, err := m.reg.Gather()
+	m := metrics.New()
+	watchMetrics(m, &Node{})
+	m.Observe([]gpu.Telemetry{{UUID: "GPU-x"}})
+	m.Rejects.WithLabelValues("order", "bad_signature").Inc()
+	fams, err := m.Reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,7 @@ func benchCreditNode(b *testing.B, payments, running int) (*Node, peer.ID) {
 		}
 		ml.Start(start)
 		ml.Chain = market.ReceiptState{Seq: 1, WindowEndUnixMs: start.Add(time.Minute).UnixMilli(), GPUMillis: 120_000, Cumulative: 80_000}
-		n.leases.runs[terms.Id] = newLeaseRun(lease.NewRun(terms, ml, leases.Record{Role: market.RoleProvider}))
+		n.leases.Adopt(lease.NewRun(terms, ml, leases.Record{Role: market.RoleProvider}))
 	}
 	return n, buyer
 }

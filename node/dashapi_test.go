@@ -56,11 +56,14 @@ func TestDashboardAPI(t *testing.T) {
 		l, err := provider.Lease(ctx, fill.Lease)
 		return err == nil && l.State == "running", fmt.Sprint(l, err)
 	})
-	// The provider applies the fill too.
-	waitFor(t, ctx, "fill in the provider's history", func() (bool, string) {
-		h, err := provider.History(ctx, h100, "USD", api.HistoryQuery{})
-		return err == nil && len(h.Points) == 1, fmt.Sprint(h, err)
-	})
+	// The provider applies the fill too; the buyer's history may be
+	// written by the gossip's copy of the fill, after the bid returned.
+	for who, n := range map[string]*node.Node{"provider": provider, "buyer": buyer} {
+		waitFor(t, ctx, "fill in the "+who+"'s history", func() (bool, string) {
+			h, err := n.History(ctx, h100, "USD", api.HistoryQuery{})
+			return err == nil && len(h.Points) == 1, fmt.Sprint(h, err)
+		})
+	}
 
 	viaClient := func(n *node.Node) api.API {
 		ep, err := client.ReadEndpoint(n.Repo())

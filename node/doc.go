@@ -37,6 +37,10 @@
 //     answer) and only while fresh, the reservation of GPUs, the GPUs of
 //     own orders in takes in flight, spot preemption, and the
 //     explanation of orders passed over.
+//   - node/internal/orders: the node's own orders: built, signed,
+//     placed (taking what they cross, then resting), their fills, views,
+//     pages, cancels, and the re-queue of a preempted bid; its lock is a
+//     leaf. Reached through orders.go.
 //   - node/internal/resale: the resale of reserved time, holder's,
 //     provider's and new buyer's sides, and its records.
 //   - node/internal/provider: the provider's side: its offer (built from
@@ -48,8 +52,13 @@
 //   - node/internal/history: the price history of the fills applied, the
 //     GPUs' recent telemetry and the markets' summary the dashboard reads.
 //   - node/internal/store: the Badger datastore and every key in it;
-//     node/internal/repofile: the repo's shared files and lock;
-//     node/internal/httpapi: the local API server.
+//     node/internal/repo: the repo directory, config.json and its edits
+//     (InitRepo, LoadConfig, Config here are its names);
+//     node/internal/repofile: the repo's files shared with node/client,
+//     and its lock; node/internal/httpapi: the local API server;
+//     node/internal/metrics: the Prometheus registry /metrics serves;
+//     node/internal/view: the API's views of offers, inventories, books,
+//     settlements and the status, pure functions.
 //
 // Concurrency: a Node's methods are safe for concurrent use. Each part of
 // the node guards its own state with its own lock and holds none across a
@@ -58,20 +67,20 @@
 //
 // The take protocol (/suanli/trade/1.0.0) and the resale are wired in
 // wire_trade.go: every call they make on the rest of the node goes
-// through the adapters there (trade.Node, resale.Node), and the node's
-// own orders and their API stay in orders.go. Their states, messages and
-// transitions are written down in node/internal/trade and
-// node/internal/resale. TestHostileTakeReplay and TestHostileTakeOutOfTurn
+// through the adapters there (trade.Node, resale.Node); the node's own
+// orders are node/internal/orders, wired in orders.go. Their states,
+// messages and transitions are written down in node/internal/trade,
+// node/internal/resale and node/internal/orders. TestHostileTakeReplay and TestHostileTakeOutOfTurn
 // drive each row of the take's against a real node.
 //
 // Lock order, for the locks one part of the trade takes while holding
 // another (outermost first):
 //
-//	trade.Trader's lock → the books lock (exchange.Books) → ownMu, trade.Inflight
-//	trade.Trader's lock → the leases lock → a lease's lock (Node.Preemptible)
+//	trade.Trader's lock → the books lock (exchange.Books) → orders.Own's lock, trade.Inflight
+//	trade.Trader's lock → lease.Manager's lock → a lease's lock (Manager.Preemptible)
 //	a lease's lock → resale's handover (store writes only)
 //
-// ownMu, Inflight's, Answers' and resale.Manager's locks are leaves:
+// orders.Own's, Inflight's, Answers' and resale.Manager's locks are leaves:
 // held, they call nothing and lock nothing. So are the provider's side's
 // (its offer's, its standing asks', the credit policy's payment cache and
 // the telemetry ring): each is taken and released without a call out, and
@@ -85,10 +94,7 @@
 // hold the order to this.
 //
 // The leases' locks are package lease's (its doc gives their order:
-// Manager.mu → Run.mu → the logs' lock). The node's table of lease
-// handles (leaseTable.mu, wire_lease.go) is taken under Manager.mu when
-// a run is added, and takes a run's lock only from credit and
-// preemption, never of a run being added:
-//
-//	lease.Manager.mu → leaseTable.mu → lease.Run.mu
+// Manager.mu → Run.mu → the logs' lock). Preemption, credit and resale
+// reach a lease only through the Manager's methods, which take its locks
+// in that order with none of theirs held but the trade lock.
 package node

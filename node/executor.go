@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/suanli/suanli/node/executor"
+	"github.com/suanli/suanli/node/internal/provider"
 )
 
 // The executor contract lives in node/executor; these names keep the
@@ -89,13 +90,7 @@ func WithResourcesPerGPU(milliCPUs int64, ramBytes, diskBytes uint64) Option {
 		if milliCPUs < 0 {
 			return errors.New("node: negative vCPUs per GPU")
 		}
-		o.perGPU = perGPU{milliCPUs: milliCPUs, ram: ramBytes, disk: diskBytes}
+		o.perGPU = provider.PerGPU{MilliCPUs: milliCPUs, RAM: ramBytes, Disk: diskBytes}
 		return nil
 	}
-}
-
-// perGPU is what a provider sells with each GPU.
-type perGPU struct {
-	milliCPUs int64
-	ram, disk uint64
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/internal/exchange"
+	"github.com/suanli/suanli/node/internal/orders"
 	"github.com/suanli/suanli/node/internal/store"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
@@ -21,8 +22,9 @@ import (
 // count ended only when the take's handler returned.
 func TestInflightEndsWithItsFill(t *testing.T) {
 	const mkt = "nvidia-h100-sxm5-80gb"
-	n := &Node{own: map[string]*ownOrder{}, now: time.Now}
+	n := &Node{now: time.Now}
 	n.books = exchange.New(exchange.Config{Hooks: exchange.Hooks{FillLocked: n.fillLocked}})
+	n.orders = orders.New(orders.Config{Books: n.books, Now: n.now})
 	t0 := time.Now()
 	ask := market.Order{ID: "ask", Maker: "me", Side: market.Ask, Market: mkt, Currency: "USD", Quantity: 4, Price: 1_000_000,
 		LeaseType: market.Spot, MinDuration: time.Second, MaxDuration: time.Hour, Created: t0, Expires: t0.Add(time.Hour)}
@@ -74,7 +76,7 @@ func TestFillWritesHistoryOnce(t *testing.T) {
 	}
 	defer st.Close()
 	var writes, locked atomic.Int32
-	n := &Node{own: map[string]*ownOrder{}, now: time.Now, store: st, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	n := &Node{now: time.Now, store: st, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	n.books = exchange.New(exchange.Config{Hooks: exchange.Hooks{
 		FillLocked: func(ev *p2p.BookEvent, index int64, party bool) {
 			locked.Store(1)
@@ -83,6 +85,7 @@ func TestFillWritesHistoryOnce(t *testing.T) {
 		},
 		Filled: n.filled,
 	}})
+	n.orders = orders.New(orders.Config{Books: n.books, Now: n.now})
 	st.FailWrites(func(k []byte) error {
 		if strings.HasPrefix(string(k), "hist/") {
 			writes.Add(1)

@@ -10,19 +10,21 @@ import (
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/internal/exchange"
+	"github.com/suanli/suanli/node/internal/orders"
 )
 
 // benchNode is a node with n of its own orders and nothing else, enough
 // for the order views.
 func benchNode(n int) *Node {
-	nd := &Node{books: exchange.New(exchange.Config{}), own: map[string]*ownOrder{}, now: time.Now}
+	nd := &Node{books: exchange.New(exchange.Config{}), now: time.Now}
+	nd.orders = orders.New(orders.Config{Books: nd.books, Now: nd.now})
 	t0 := time.Now()
 	for i := range n {
 		id := fmt.Sprintf("order-%06d", i)
-		nd.own[id] = &ownOrder{status: "resting", order: market.Order{
+		nd.orders.Add(&market.Order{
 			ID: id, Market: "nvidia-h100-sxm5-80gb", Currency: "USD", Price: 2_000_000, Quantity: 1,
 			Created: t0.Add(time.Duration(i) * time.Millisecond), Expires: t0.Add(time.Hour),
-		}}
+		}, nil, api.OrderRequest{})
 	}
 	return nd
 }
@@ -48,20 +50,20 @@ func BenchmarkOrdersPage(b *testing.B) {
 	})
 }
 
-// TestOrdersPageBounds: a page never holds more than maxPageSize orders, a
+// TestOrdersPageBounds: a page never holds more than orders.MaxPageSize orders, a
 // page past the end is empty, and the status filter counts only its kind.
 func TestOrdersPageBounds(t *testing.T) {
 	ctx := context.Background()
 	nd := benchNode(1200)
-	nd.own["order-000007"].status = "cancelled"
+	nd.orders.Cancelled("order-000007")
 	for _, tc := range []struct {
 		q              api.PageQuery
 		total, n       int
 		first          string
 		wantBadRequest bool
 	}{
-		{q: api.PageQuery{}, total: 1200, n: defaultPageSize, first: "order-001199"},
-		{q: api.PageQuery{Limit: 10_000}, total: 1200, n: maxPageSize, first: "order-001199"},
+		{q: api.PageQuery{}, total: 1200, n: orders.DefaultPageSize, first: "order-001199"},
+		{q: api.PageQuery{Limit: 10_000}, total: 1200, n: orders.MaxPageSize, first: "order-001199"},
 		{q: api.PageQuery{Offset: 1190, Limit: 50}, total: 1200, n: 10, first: "order-000009"},
 		{q: api.PageQuery{Offset: 5000}, total: 1200, n: 0},
 		{q: api.PageQuery{Status: "cancelled"}, total: 1, n: 1, first: "order-000007"},

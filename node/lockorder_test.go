@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/internal/exchange"
+	"github.com/suanli/suanli/node/internal/orders"
 	"github.com/suanli/suanli/node/internal/trade"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
@@ -24,15 +26,17 @@ import (
 // or a view and a fill deadlock. Take loops, fills and views run at once.
 func TestOrderViewWhileFillsApply(t *testing.T) {
 	const mkt = "nvidia-h100-sxm5-80gb"
-	n := &Node{own: map[string]*ownOrder{}, now: time.Now}
+	n := &Node{now: time.Now}
 	n.books = exchange.New(exchange.Config{Hooks: exchange.Hooks{
-		FillLocked: func(ev *p2p.BookEvent, _ int64, _ bool) { n.ownFilled(*ev.Fill, ev.Lease) },
+		FillLocked: func(ev *p2p.BookEvent, _ int64, _ bool) { n.orders.Filled(*ev.Fill, ev.Lease) },
 	}})
+	n.orders = orders.New(orders.Config{Books: n.books, Now: n.now})
 	t0 := time.Now()
-	n.own["bid-mine"] = &ownOrder{status: "resting", order: market.Order{
+	mine := market.Order{
 		ID: "bid-mine", Maker: "me", Side: market.Bid, Market: mkt, Currency: "USD", Quantity: 1, Price: 1_000_000,
 		LeaseType: market.Spot, Duration: time.Hour, Created: t0, Expires: t0.Add(time.Hour),
-	}}
+	}
+	n.orders.Add(&mine, nil, api.OrderRequest{})
 	n.trade = trade.New(trade.Config{Books: n.books, Inflight: &n.inflight, Now: time.Now, Node: tradeNode{n},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	const rounds = 3000
@@ -40,7 +44,7 @@ func TestOrderViewWhileFillsApply(t *testing.T) {
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
-		o := n.own["bid-mine"].order
+		o := mine
 		for range rounds {
 			n.trade.TakeLoop(t.Context(), &o, nil) // nothing crosses: the locks only
 		}
@@ -48,7 +52,7 @@ func TestOrderViewWhileFillsApply(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for range rounds {
-			n.orderView(n.own["bid-mine"])
+			n.orders.Order("bid-mine")
 		}
 	}()
 	go func() {

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,7 +26,12 @@ import (
 	"github.com/suanli/suanli/node/internal/exchange"
 	"github.com/suanli/suanli/node/internal/history"
 	"github.com/suanli/suanli/node/internal/httpapi"
+	"github.com/suanli/suanli/node/internal/lease"
+	"github.com/suanli/suanli/node/internal/metrics"
+	"github.com/suanli/suanli/node/internal/orders"
 	"github.com/suanli/suanli/node/internal/provider"
+	"github.com/suanli/suanli/node/internal/repo"
+	"github.com/suanli/suanli/node/internal/repofile"
 	"github.com/suanli/suanli/node/internal/resale"
 	"github.com/suanli/suanli/node/internal/store"
 	"github.com/suanli/suanli/node/internal/trade"
@@ -61,7 +67,7 @@ type options struct {
 	docker    *DockerConfig
 	slurm     *SlurmConfig
 	process   executor.ProcessConfig
-	perGPU    perGPU
+	perGPU    provider.PerGPU
 	// Preemption (see preempt.go).
 	preemptNotice time.Duration
 	preemptMargin *int64
@@ -132,7 +138,7 @@ func WithListen(addrs ...string) Option {
 // WithBootstrap replaces the bootstrap peers (full multiaddrs with /p2p/<id>).
 func WithBootstrap(addrs ...string) Option {
 	return func(o *options) error {
-		if _, err := parseBootstrap(addrs); err != nil {
+		if _, err := repo.ParseBootstrap(addrs); err != nil {
 			return err
 		}
 		o.bootstrap = addrs
@@ -260,12 +266,12 @@ type Node struct {
 	offerTTL  time.Duration
 	now       func() time.Time
 	log       *slog.Logger
-	metrics   *metrics
+	metrics   *metrics.Metrics
 	api       *httpapi.Server
 
 	ctx       context.Context
 	cancel    context.CancelFunc
-	spawned   gate // background work Close waits for (spawn)
+	spawned   trade.Gate // background work Close waits for (spawn)
 	closeOnce sync.Once
 	closeErr  error
 
@@ -273,18 +279,13 @@ type Node struct {
 	books           *exchange.Books // the market replicas and their gossip (book.go)
 	offers          *exchange.Offers
 	billingInterval time.Duration
-	trade           *trade.Trader   // the take protocol, as taker and maker (wire_trade.go)
-	resale          *resale.Manager // resales of reserved time (wire_trade.go)
-	inflight        trade.Inflight  // GPUs of own orders in takes in flight, as taker or maker
-	// ownMu guards own, the node's own orders and what became of them. It
-	// is a leaf: taken after the trade lock and the books lock (a fill records
-	// itself here from inside the books lock), and nothing is locked or
-	// called out to while it is held (TestOrderViewWhileFillsApply).
-	ownMu           sync.Mutex
-	own             map[string]*ownOrder
+	trade           *trade.Trader        // the take protocol, as taker and maker (wire_trade.go)
+	resale          *resale.Manager      // resales of reserved time (wire_trade.go)
+	inflight        trade.Inflight       // GPUs of own orders in takes in flight, as taker or maker
+	orders          *orders.Own          // the node's own orders (orders.go)
 	attest          *attestor.Attestor   // see attest.go
-	leases          *leaseTable          // the lease runtime (wire_lease.go)
-	perGPU          perGPU               // what each GPU is sold with (see WithResourcesPerGPU)
+	leases          *lease.Manager       // the lease runtime (wire_lease.go)
+	perGPU          provider.PerGPU      // what each GPU is sold with (see WithResourcesPerGPU)
 	preemptNotice   time.Duration        // spot leases' notice before preemption
 	chargeIncrement time.Duration        // the unit leases charge GPU time in (see WithBillingIncrement)
 	schedule        []*proto.PriceWindow // time-of-day prices (see WithPriceSchedule)
@@ -331,7 +332,7 @@ func New(opts ...Option) (_ *Node, err error) {
 	}
 	// Lock before anything else: two daemons starting at once on a fresh
 	// repo must not both initialize it.
-	lock, err := lockRepo(o.repo)
+	lock, err := repofile.Lock(o.repo)
 	if err != nil {
 		return nil, err
 	}
@@ -349,9 +350,8 @@ func New(opts ...Option) (_ *Node, err error) {
 	n := &Node{
 		lock: lock,
 		repo: o.repo, now: o.now, offerTTL: o.offerTTL, billingInterval: o.billing, perGPU: o.perGPU, chargeIncrement: o.chargeIncrement, schedule: o.schedule, scheduleOffset: o.scheduleOffset,
-		preemptNotice: cmpOrDuration(o.preemptNotice, market.PreemptionNotice), preemptMargin: market.DefaultPreemptMarginBP,
+		preemptNotice: cmp.Or(o.preemptNotice, market.PreemptionNotice), preemptMargin: market.DefaultPreemptMarginBP,
 		log: o.logger.With("node", filepath.Base(o.repo)),
-		own: map[string]*ownOrder{},
 	}
 	if o.preemptMargin != nil {
 		n.preemptMargin = *o.preemptMargin
@@ -379,7 +379,7 @@ func New(opts ...Option) (_ *Node, err error) {
 	if o.api != nil {
 		apiAddr = *o.api
 	}
-	n.region = cmpOr(o.region, cfg.Region, defaultRegion)
+	n.region = cmpOr(o.region, cfg.Region, repo.DefaultRegion)
 	if !market.ValidRegion(n.region) {
 		return nil, fmt.Errorf("node: region %q in config: want a code like CN-GZ", n.region)
 	}
@@ -390,42 +390,43 @@ func New(opts ...Option) (_ *Node, err error) {
 	if n.credit, err = n.newCredit(o, cfg, pid); err != nil {
 		return nil, err
 	}
-	peers, err := parseBootstrap(bootstrap)
+	peers, err := repo.ParseBootstrap(bootstrap)
 	if err != nil {
 		return nil, err
 	}
 
-	n.metrics = newMetrics()
-	if n.store, err = store.Open(filepath.Join(o.repo, datastoreDir), store.Options{Logger: o.logger.With("subsystem", "badger"), Now: n.now}); err != nil {
+	n.metrics = metrics.New()
+	if n.store, err = store.Open(filepath.Join(o.repo, repo.DatastoreDir), store.Options{Logger: o.logger.With("subsystem", "badger"), Now: n.now}); err != nil {
 		return nil, err
 	}
 	n.openGPUs(o, cfg)
 
 	if o.host != nil {
 		n.host, n.hostInjected = o.host, true
-	} else if n.host, err = p2p.NewHost(p2p.HostConfig{Key: n.key, Listen: listen, Registerer: n.metrics.reg}); err != nil {
+	} else if n.host, err = p2p.NewHost(p2p.HostConfig{Key: n.key, Listen: listen, Registerer: n.metrics.Reg}); err != nil {
 		return nil, err
 	}
 	validator := p2p.OfferValidator{Now: n.now, OnReject: func(reason string) {
-		n.metrics.rejects.WithLabelValues("offer", reason).Inc()
+		n.metrics.Rejects.WithLabelValues("offer", reason).Inc()
 	}}
 	if n.dht, err = p2p.NewDHT(p2p.DHTConfig{Host: n.host, Validator: validator, Client: o.client, Bootstrap: peers}); err != nil {
 		return nil, err
 	}
-	n.metrics.watch(n)
+	watchMetrics(n.metrics, n)
 	n.newProvider()
 
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.offers = exchange.NewOffers(n.ctx, exchange.OffersConfig{
-		DHT: n.dht, Store: n.store, Self: n.host.ID(), Published: n.Published, Now: n.now, Log: n.log, Found: n.metrics.found,
+		DHT: n.dht, Store: n.store, Self: n.host.ID(), Published: n.Published, Now: n.now, Log: n.log, Found: n.metrics.Found,
 	})
 	if n.ps, err = p2p.NewPubSub(n.ctx, n.host); err != nil {
 		return nil, err
 	}
 	n.books = n.newBooks(o.sweepEvery, o.maxResting)
+	n.orders = n.newOrders()
 	n.books.Start(n.ctx)
 	n.trade, n.resale = n.newTrader(), n.newResale()
-	p2p.HandleTakes(n.host, n.handleTake)
+	p2p.HandleTakes(n.host, n.trade.HandleTake)
 	p2p.HandleSync(n.host, n.books.AnswerSync)
 	if err := n.startLeases(o); err != nil {
 		return nil, err
@@ -499,7 +500,9 @@ func (n *Node) Close() error {
 			// Stop accepting streams before waiting for the workers.
 			n.host.RemoveStreamHandler(p2p.TradeProtocol)
 			n.host.RemoveStreamHandler(p2p.SyncProtocol)
-			n.stopLeases()
+			if n.leases != nil {
+				n.leases.Stop()
+			}
 		}
 		n.spawned.Close()
 		if n.books != nil {
@@ -591,22 +594,6 @@ func (n *Node) Peers(context.Context) (_ []api.PeerView, err error) {
 			v.Addrs = append(v.Addrs, c.RemoteMultiaddr().String())
 		}
 		out = append(out, v)
-	}
-	return out, nil
-}
-
-func parseBootstrap(addrs []string) ([]peer.AddrInfo, error) {
-	var out []peer.AddrInfo
-	for _, a := range addrs {
-		m, err := ma.NewMultiaddr(a)
-		if err != nil {
-			return nil, fmt.Errorf("node: bootstrap address %q: %w", a, err)
-		}
-		ai, err := peer.AddrInfoFromP2pAddr(m)
-		if err != nil {
-			return nil, fmt.Errorf("node: bootstrap address %q must end in /p2p/<peer-id>: %w", a, err)
-		}
-		out = append(out, *ai)
 	}
 	return out, nil
 }

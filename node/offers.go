@@ -7,6 +7,9 @@ import (
 
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
+	"github.com/suanli/suanli/node/internal/lease"
+	"github.com/suanli/suanli/node/internal/provider"
+	"github.com/suanli/suanli/node/internal/view"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -19,7 +22,7 @@ import (
 // yields nothing, unexpired offers cached in Badger are used.
 func (n *Node) Offers(ctx context.Context, q api.OfferQuery) (_ []api.OfferView, err error) {
 	defer classified(&err)
-	f, err := offerFilter(q)
+	f, err := view.OfferFilter(q)
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +53,7 @@ func (n *Node) Offers(ctx context.Context, q api.OfferQuery) (_ []api.OfferView,
 	}
 	list := make([]*proto.Offer, 0, len(offers))
 	for _, o := range offers {
-		if f.Match(o) && isolationAtLeast(o.Isolation, q.MinIsolation) {
+		if f.Match(o) && lease.IsolationAtLeast(o.Isolation, q.MinIsolation) {
 			list = append(list, o)
 		}
 	}
@@ -59,7 +62,7 @@ func (n *Node) Offers(ctx context.Context, q api.OfferQuery) (_ []api.OfferView,
 	}
 	out := make([]api.OfferView, 0, len(list))
 	for _, o := range list {
-		out = append(out, withCapacity(offerView(o, f), o, f, now))
+		out = append(out, provider.WithCapacity(view.Offer(o, f), o, f, now))
 	}
 	return out, nil
 }

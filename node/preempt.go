@@ -34,10 +34,3 @@ func WithPreemptMargin(bp int64) Option {
 		return nil
 	}
 }
-
-func cmpOrDuration(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
-}

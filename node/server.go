@@ -12,8 +12,8 @@ import (
 func startAPI(n *Node, addr string) (*httpapi.Server, error) {
 	return httpapi.Start(httpapi.Config{
 		API: n, Repo: n.repo, Addr: addr,
-		Metrics:  promhttp.HandlerFor(n.metrics.gatherer(), promhttp.HandlerOpts{}),
-		OnReject: func(reason string) { n.metrics.rejects.WithLabelValues("api", reason).Inc() },
+		Metrics:  promhttp.HandlerFor(n.metrics.Gatherer(), promhttp.HandlerOpts{}),
+		OnReject: func(reason string) { n.metrics.Rejects.WithLabelValues("api", reason).Inc() },
 	})
 }
 

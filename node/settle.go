@@ -9,6 +9,7 @@ import (
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/internal/leases"
+	"github.com/suanli/suanli/node/internal/view"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -34,32 +35,7 @@ func (n *Node) Settle(_ context.Context, peerID string) (_ []api.SettlementView,
 	}
 	out := []api.SettlementView{}
 	for _, p := range peers {
-		st := l.Statement(p)
-		v := api.SettlementView{Peer: peer.ID(p).String(), Leases: []api.LeaseSettlement{}, Payments: []api.PaymentView{}, Totals: []api.TotalView{}}
-		for _, ls := range st.Leases {
-			kind := "lease"
-			if ls.Premium {
-				kind = "resale premium"
-			}
-			v.Leases = append(v.Leases, api.LeaseSettlement{
-				Lease: ls.LeaseID, Kind: kind, Role: ls.Role.String(), Currency: ls.Currency, Receipts: ls.Receipts, GPUMillis: ls.GPUMillis,
-				Amount: market.FormatMicros(ls.Countersigned, ls.Currency), AmountMicros: ls.Countersigned,
-				Paid: market.FormatMicros(ls.Paid, ls.Currency), Owed: market.FormatMicros(ls.Owed, ls.Currency), OwedMicros: ls.Owed,
-			})
-		}
-		for _, pm := range st.Payments {
-			v.Payments = append(v.Payments, api.PaymentView{Role: pm.Role.String(), Seq: pm.Seq, Amount: market.FormatMicros(pm.Amount.Micros, pm.Amount.Currency),
-				Currency: pm.Amount.Currency, Created: pm.Created, Reference: pm.Reference})
-		}
-		var bought []string
-		for _, t := range st.Totals {
-			if t.Receivable > 0 || t.Received > 0 {
-				bought = append(bought, t.Currency)
-			}
-			f := func(m int64) string { return market.FormatMicros(m, t.Currency) }
-			v.Totals = append(v.Totals, api.TotalView{Currency: t.Currency, Receivable: f(t.Receivable), Received: f(t.Received),
-				Payable: f(t.Payable), Paid: f(t.Paid), Owed: f(t.Owed), OwedMicros: t.Owed})
-		}
+		v, bought := view.Settlement(l.Statement(p))
 		if len(bought) > 0 {
 			v.Credit = n.creditViews(peer.ID(p), bought)
 		}

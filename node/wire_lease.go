@@ -4,29 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
-	"sync"
-	"syscall"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/executor"
 	"github.com/suanli/suanli/node/internal/lease"
 	"github.com/suanli/suanli/node/internal/leases"
-	"github.com/suanli/suanli/p2p"
+	"github.com/suanli/suanli/node/internal/metrics"
+	"github.com/suanli/suanli/node/internal/provider"
 	"github.com/suanli/suanli/proto"
 )
 
 // The lease runtime (metering, billing, receipts, close notices, the exec
 // stream, redials, workloads and their logs) is node/internal/lease. This
-// file wires it: its options, its hooks into the rest of the node, the
-// API methods it answers, and the names the node's other files still use
-// for it (one-line forwarders and the leaseRun handle), until they move
-// out too.
+// file wires it: its options, its hooks into the rest of the node and
+// the API methods it answers. The node's other parts reach a lease
+// through the Manager's methods (node/internal/lease/others.go).
 
 // DefaultLogCap is how much of a lease's workload output a buyer keeps
 // (WithLogCap): the newest output is kept, the oldest dropped.
@@ -70,62 +63,11 @@ func WithWithheldCountersigns() Option {
 // order and sends it over /suanli/exec/1.0.0 once the lease starts.
 type WorkloadSpec = executor.Spec
 
-// leaseTable is the node's lease runtime and its handles of the runs, by
-// lease ID, for the node's files that read a run's state (credit,
-// preemption, resale). mu guards runs and is a leaf but for those files,
-// which lock a run under it (never one being added: Hooks.Track).
-type leaseTable struct {
-	*lease.Manager
-	mu   sync.Mutex
-	runs map[string]*leaseRun
+// storeFailed logs and counts a failed write of what on the money path.
+func (n *Node) storeFailed(what string, err error, lease string) {
+	n.metrics.StoreErrors.WithLabelValues(what).Inc()
+	n.log.Error("store write failed", "what", what, "lease", lease, "err", err)
 }
-
-// leaseRun is the node's handle of a lease.Run: the run's lock and
-// pointers into its state, under the names the node's files use.
-type leaseRun struct {
-	*lease.Run
-	id    string
-	terms *proto.Lease
-	peer  peer.ID
-	mu    *sync.Mutex
-	ml    *market.Lease
-	rec   *leases.Record
-	exec  *runExec
-}
-
-func newLeaseRun(r *lease.Run) *leaseRun {
-	p := r.Parts()
-	return &leaseRun{Run: r, id: p.ID, terms: p.Terms, peer: p.Peer, mu: p.Mu, ml: p.ML, rec: p.Rec, exec: &runExec{r: r, mu: p.Mu}}
-}
-
-func handleOf(r *lease.Run) *leaseRun { return r.Ext().(*leaseRun) }
-
-func (r *leaseRun) poke() { r.Poke() }
-
-// runExec stops whatever workload its run has when Stop is called.
-type runExec struct {
-	r  *lease.Run
-	mu *sync.Mutex
-}
-
-func (e *runExec) Stop(grace time.Duration) error {
-	e.mu.Lock()
-	ex := e.r.ExecLocked()
-	e.mu.Unlock()
-	if ex == nil {
-		return nil
-	}
-	return ex.Stop(grace)
-}
-
-// storeError is a failed write of the store on the money path.
-type storeError struct {
-	what string
-	err  error
-}
-
-func (e *storeError) Error() string { return "storing " + e.what + " failed: " + e.err.Error() }
-func (e *storeError) Unwrap() error { return e.err }
 
 // startLeases builds the lease runtime and takes up the stored leases.
 func (n *Node) startLeases(o options) error {
@@ -140,157 +82,36 @@ func (n *Node) startLeases(o options) error {
 		return err
 	}
 	n.isolation = iso
-	t := &leaseTable{runs: map[string]*leaseRun{}}
-	t.Manager = lease.New(lease.Config{
+	n.leases = lease.New(lease.Config{
 		Host: n.host, Key: n.key, Store: n.store, Clock: lease.RealClock(n.now), Log: n.log, Metrics: leaseMetrics{n.metrics},
 		GPUs: n.gpus, Executors: execs, Ctx: n.ctx, Spawn: n.spawn, Grace: o.unpaidGrace, Withhold: o.withhold, LogCap: o.logCap,
 		Hooks: lease.Hooks{
-			Track: func(r *lease.Run) any {
-				h := newLeaseRun(r)
-				t.mu.Lock()
-				t.runs[h.id] = h
-				t.mu.Unlock()
-				return h
-			},
-			CreditOthers: func(r *lease.Run, now time.Time) (market.Credit, bool) { return n.creditOthers(handleOf(r), now) },
-			OverCreditLocked: func(others market.Credit, limited bool, r *lease.Run, now time.Time) (string, bool) {
-				return n.overCreditLocked(others, limited, handleOf(r), now)
-			},
-			BilledTo:       func(r *lease.Run) time.Time { return handleOf(r).billedTo() },
-			LeaseEnded:     n.leaseEnded,
-			TakePayment:    n.takePayment,
-			TakePreemption: n.takePreemption,
-			TakePremium:    n.takePremiumCountersign,
-			TakeHandover:   n.takeHandover,
-			BidWorkload: func(bid string) (executor.Spec, bool) {
-				n.ownMu.Lock()
-				defer n.ownMu.Unlock()
-				if oo := n.own[bid]; oo != nil {
-					return oo.workload, true
-				}
-				return executor.Spec{}, false
-			},
-			CachedOffer: n.offers.Cached,
-			Limits:      n.leaseLimits,
+			CreditOthers:     n.credit.Others,
+			OverCreditLocked: n.credit.Over,
+			LeaseEnded:       n.leaseEnded,
+			TakePayment:      n.takePayment,
+			TakePreemption:   n.trade.TakePreemption,
+			TakePremium:      n.resale.TakePremiumCountersign,
+			TakeHandover:     n.resale.TakeHandover,
+			BidWorkload:      n.orders.Workload,
+			CachedOffer:      n.offers.Cached,
+			Limits:           n.leaseLimits,
 		},
 	})
-	n.leases = t
-	return t.Start()
-}
-
-// stopLeases: see lease.Manager.Stop.
-func (n *Node) stopLeases() {
-	if n.leases != nil {
-		n.leases.Stop()
-	}
+	return n.leases.Start()
 }
 
 // leaseMetrics counts the lease runtime's figures in the node's metrics.
-type leaseMetrics struct{ m *metrics }
+type leaseMetrics struct{ m *metrics.Metrics }
 
-func (l leaseMetrics) Reject(kind, reason string) { l.m.rejects.WithLabelValues(kind, reason).Inc() }
-func (l leaseMetrics) StoreError(what string)     { l.m.storeErrors.WithLabelValues(what).Inc() }
-func (l leaseMetrics) ReceiptsDropped(k int)      { l.m.leaseReceiptsDropped.Add(float64(k)) }
-
-func newLeaseCollector(n *Node) prometheus.Collector {
-	return lease.NewCollector(func() *lease.Manager {
-		if n.leases == nil {
-			return nil
-		}
-		return n.leases.Manager
-	}, func() (int, bool) { return n.inventoryCount(), n.gpus != nil })
-}
-
-// Forwarders for the node's files that drive a lease (trade, resale,
-// preemption, books).
-
-func (n *Node) leaseRun(id string) (*leaseRun, error) {
-	r, err := n.leases.Lookup(id)
-	if err != nil {
-		return nil, err
-	}
-	return handleOf(r), nil
-}
-func (n *Node) leaseFromFill(ev *p2p.BookEvent) {
-	if n.leases != nil {
-		n.leases.FromFill(ev)
-	}
-}
-func (n *Node) runLease(r *leaseRun) { n.leases.RunLoop(r.Run) }
-func (n *Node) endLocked(r *leaseRun, reason market.CloseReason, at time.Time, note string) {
-	n.leases.EndLocked(r.Run, reason, at, note)
-}
-func (n *Node) sendClose(r *leaseRun, reason market.CloseReason, at time.Time, note ...string) {
-	n.leases.SendClose(r.Run, reason, at, note...)
-}
-func (n *Node) putRecordLocked(r *leaseRun) { n.leases.PutRecordLocked(r.Run) }
-func (n *Node) failStoreLocked(r *leaseRun, what string, err error) {
-	n.leases.FailStoreLocked(r.Run, what, err)
-}
-func (n *Node) storeFailed(e *storeError, lease string) {
-	n.metrics.storeErrors.WithLabelValues(e.what).Inc()
-	n.log.Error("store write failed", "what", e.what, "lease", lease, "err", e.err)
-}
-
-// truncate cuts s to at most n bytes.
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
-}
-
-// Isolation levels, as the offers and the API name them (lease.IsolationLevels).
-var isolationLevels = lease.IsolationLevels
-
-func isolationProto(level string) proto.IsolationLevel { return lease.IsolationProto(level) }
-func isolationName(l proto.IsolationLevel) string      { return lease.IsolationName(l) }
-func isolationAtLeast(l proto.IsolationLevel, min string) bool {
-	return lease.IsolationAtLeast(l, min)
-}
+func (l leaseMetrics) Reject(kind, reason string) { l.m.Rejects.WithLabelValues(kind, reason).Inc() }
+func (l leaseMetrics) StoreError(what string)     { l.m.StoreErrors.WithLabelValues(what).Inc() }
+func (l leaseMetrics) ReceiptsDropped(k int)      { l.m.LeaseReceiptsDropped.Add(float64(k)) }
 
 // leaseLimits is what a lease of gpus GPUs may use on this provider.
 func (n *Node) leaseLimits(gpus int) executor.Limits {
-	p := n.resourcesPerGPU()
-	return executor.Limits{MilliCPUs: p.milliCPUs * int64(gpus), MemoryBytes: int64(p.ram) * int64(gpus), DiskBytes: int64(p.disk) * int64(gpus)}
-}
-
-// resourcesPerGPU is what each GPU is sold with: as configured, or the
-// host's cores and memory shared out among its GPUs.
-func (n *Node) resourcesPerGPU() perGPU {
-	p := n.perGPU
-	gpus := 1
-	if inv := n.inventoryCount(); inv > 0 {
-		gpus = inv
-	}
-	if p.milliCPUs == 0 {
-		p.milliCPUs = int64(runtime.NumCPU()) * 1000 / int64(gpus)
-	}
-	if p.ram == 0 {
-		p.ram = hostMemory() / uint64(gpus)
-	}
-	return p
-}
-
-// hostMemory is the machine's RAM in bytes, 0 if unknown.
-func hostMemory() uint64 {
-	var si syscall.Sysinfo_t
-	if syscall.Sysinfo(&si) != nil {
-		return 0
-	}
-	return uint64(si.Totalram) * uint64(si.Unit)
-}
-
-// inventoryCount is how many GPUs this provider has, 0 for a buyer.
-func (n *Node) inventoryCount() int {
-	if n.gpus == nil {
-		return 0
-	}
-	inv, err := n.gpus.Inventory()
-	if err != nil {
-		return 0
-	}
-	return len(inv.Devices)
+	p := n.perGPU.Share(provider.Count(n.gpus))
+	return executor.Limits{MilliCPUs: p.MilliCPUs * int64(gpus), MemoryBytes: int64(p.RAM) * int64(gpus), DiskBytes: int64(p.Disk) * int64(gpus)}
 }
 
 // The API of leases.
@@ -298,7 +119,7 @@ func (n *Node) inventoryCount() int {
 // Leases implements API: every lease this node is party to, newest first.
 func (n *Node) Leases(context.Context) (_ []api.LeaseView, err error) {
 	defer classified(&err)
-	return n.leases.Manager.Leases(), nil
+	return n.leases.Leases(), nil
 }
 
 // Lease implements API.
@@ -309,7 +130,7 @@ func (n *Node) Lease(_ context.Context, id string) (_ api.LeaseView, err error) 
 		return api.LeaseView{}, err
 	}
 	v := r.View()
-	v.Resale = n.resaleView(id) // resale.go
+	v.Resale = n.resale.View(id)
 	return v, nil
 }
 
@@ -331,29 +152,13 @@ func (n *Node) Logs(_ context.Context, id string, after uint64) (_ api.LogsView,
 
 // Receipts implements API: a lease's stored chain, each signature checked.
 func (n *Node) Receipts(_ context.Context, id string) ([]api.ReceiptView, error) {
-	terms, err := n.store.GetLease(id)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s", api.ErrUnknownLease, id)
-	}
-	chain, err := n.store.Receipts(id)
-	if err != nil {
-		return nil, err
-	}
-	return leases.ReceiptViews(terms, chain), nil
+	return n.leases.Receipts(id)
 }
 
 // VerifyReceipts implements API: every signature and link of a lease's
 // stored chain, checked again.
 func (n *Node) VerifyReceipts(_ context.Context, id string) (api.ChainReport, error) {
-	terms, err := n.store.GetLease(id)
-	if err != nil {
-		return api.ChainReport{}, fmt.Errorf("%w: %s", api.ErrUnknownLease, id)
-	}
-	chain, err := n.store.Receipts(id)
-	if err != nil {
-		return api.ChainReport{}, err
-	}
-	return VerifyChain(terms, chain), nil
+	return n.leases.VerifyReceipts(id)
 }
 
 // ExportReceipts implements API: a lease's signed terms (the fill's sealed
@@ -361,19 +166,7 @@ func (n *Node) VerifyReceipts(_ context.Context, id string) (api.ChainReport, er
 // without a node.
 func (n *Node) ExportReceipts(_ context.Context, id string) (_ []byte, err error) {
 	defer classified(&err)
-	r, err := n.leases.Lookup(id)
-	if err != nil {
-		return nil, err
-	}
-	chain, err := n.store.Receipts(id)
-	if err != nil {
-		return nil, err
-	}
-	b, err := leases.Export(r.Fill(), chain)
-	if err != nil {
-		return nil, fmt.Errorf("node: lease %s: %w", id, err)
-	}
-	return b, nil
+	return n.leases.Export(id)
 }
 
 // VerifyExport checks an exported chain (ExportReceipts) offline: the

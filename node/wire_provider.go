@@ -14,6 +14,7 @@ import (
 	"github.com/suanli/suanli/node/internal/credit"
 	"github.com/suanli/suanli/node/internal/exchange"
 	"github.com/suanli/suanli/node/internal/history"
+	"github.com/suanli/suanli/node/internal/lease"
 	"github.com/suanli/suanli/node/internal/provider"
 	"github.com/suanli/suanli/node/internal/store"
 	"github.com/suanli/suanli/p2p"
@@ -33,12 +34,6 @@ var (
 	_ credit.Payments  = nodePayments{}
 	_ history.Store    = (*store.Store)(nil)
 	_ api.DashboardAPI = (*Node)(nil)
-)
-
-// Default lease terms a provider offers (provider.DefaultMinLease).
-const (
-	defaultMinLease = provider.DefaultMinLease
-	defaultMaxLease = provider.DefaultMaxLease
 )
 
 // DefaultCreditLimit is a provider's credit limit per buyer when neither
@@ -87,8 +82,11 @@ func creditSettings(o options, cfg Config, priceCurrency string) credit.Settings
 // (store, leases, metrics) it reads when asked, so it may be made first.
 func (n *Node) newCredit(o options, cfg Config, self peer.ID) (*credit.Policy, error) {
 	return credit.New(creditSettings(o, cfg, n.price.Currency), credit.Config{
-		Self: self, Payments: nodePayments{n}, Leases: n.creditLeases, Log: n.log,
-		Reject: func(kind, reason string) { n.metrics.rejects.WithLabelValues(kind, reason).Inc() },
+		Self: self, Payments: nodePayments{n}, Log: n.log,
+		Leases: func(buyer peer.ID, currency, except string, add func(*market.Lease) error) error {
+			return n.leases.EachProvided(buyer, currency, except, add)
+		},
+		Reject: func(kind, reason string) { n.metrics.Rejects.WithLabelValues(kind, reason).Inc() },
 	})
 }
 
@@ -99,34 +97,12 @@ func (p nodePayments) PaymentsBetween(provider, buyer peer.ID, fn func(uint64, [
 	return p.n.store.PaymentsBetween(provider, buyer, fn)
 }
 
-// creditLeases visits the running leases this node provides to buyer in
-// currency but except, each under its own lock (credit.Config.Leases).
-func (n *Node) creditLeases(buyer peer.ID, currency, except string, add func(*market.Lease) error) error {
-	n.leases.mu.Lock()
-	runs := make([]*leaseRun, 0, len(n.leases.runs))
-	for _, r := range n.leases.runs {
-		if r.id != except && r.rec.Role == market.RoleProvider && r.peer == buyer && r.terms.Currency == currency {
-			runs = append(runs, r)
-		}
-	}
-	n.leases.mu.Unlock()
-	for _, r := range runs {
-		r.mu.Lock()
-		err := add(r.ml)
-		r.mu.Unlock()
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // newProvider makes the provider's side; a buyer's publishes nothing.
 func (n *Node) newProvider() {
 	n.prov = provider.New(provider.Config{
 		Self: n.host.ID(), Key: n.key, GPUs: n.gpus, NoGPU: n.noGPU, Store: n.store, DHT: n.dht, Clock: provider.SystemClock(n.now), Log: n.log,
-		Published: n.metrics.published,
-		Telemetry: func(at time.Time, tel []gpu.Telemetry) { n.metrics.observe(tel); n.telHist.Add(at, tel) },
+		Published: n.metrics.Published,
+		Telemetry: func(at time.Time, tel []gpu.Telemetry) { n.metrics.Observe(tel); n.telHist.Add(at, tel) },
 		OfferTTL:  n.offerTTL, Region: n.region, Price: n.price, Schedule: n.schedule, ScheduleOffset: n.scheduleOffset,
 		BillingInterval: n.billingInterval, ChargeIncrement: n.chargeIncrement,
 		Hooks: provider.Hooks{
@@ -135,11 +111,11 @@ func (n *Node) newProvider() {
 				if n.isolation == nil {
 					return proto.IsolationLevel_ISOLATION_LEVEL_UNSPECIFIED
 				}
-				return isolationProto(n.isolation.Level)
+				return lease.IsolationProto(n.isolation.Level)
 			},
 			Resources: func() provider.Resources {
-				p := n.resourcesPerGPU()
-				return provider.Resources{MilliCPUsPerGPU: uint64(p.milliCPUs), MemoryPerGPU: p.ram, DiskPerGPU: p.disk, HostMemory: hostMemory()}
+				p := n.perGPU.Share(provider.Count(n.gpus))
+				return provider.Resources{MilliCPUsPerGPU: uint64(p.MilliCPUs), MemoryPerGPU: p.RAM, DiskPerGPU: p.Disk, HostMemory: provider.HostMemory()}
 			},
 		},
 	})
@@ -227,30 +203,7 @@ func (n *Node) leaseEnded() {
 	}
 }
 
-func withCapacity(v api.OfferView, o *proto.Offer, f market.OfferFilter, now time.Time) api.OfferView {
-	return provider.WithCapacity(v, o, f, now)
-}
-
-func parseStart(s string, now time.Time) (time.Time, error) { return market.ParseStart(s, now) }
-func leaseStartFor(bid *market.Order, now time.Time) time.Time {
-	return market.LeaseStartFor(bid, now)
-}
-func wantStart(o *market.Order, blockStart, now time.Time) time.Time {
-	return market.WantStart(o, blockStart, now)
-}
-
-func (n *Node) reservedAskPrice(req api.OrderRequest) (string, error) {
-	return n.prov.ReservedAskPrice(req.MinDuration)
-}
-
-func (n *Node) freeGPUsFor(mkt string, from, end time.Time) ([]string, error) {
-	return n.prov.FreeGPUsFor(mkt, from, end)
-}
-
 // Standing asks.
-
-func checkReplenish(req api.OrderRequest) error          { return provider.CheckReplenish(req) }
-func (n *Node) standAsk(id string, req api.OrderRequest) { n.standing.Stand(id, req) }
 
 // StandingAsks lists the standing asks: ID, count kept, orders placed.
 func (n *Node) StandingAsks() []api.StandingAskView { return n.standing.List() }
@@ -261,80 +214,12 @@ type standingOrders struct{ *Node }
 
 func (s standingOrders) FreeGPUs(mkt string) ([]string, error) { return s.prov.FreeGPUs(mkt) }
 
-// MarkStanding records that order was placed for the standing ask standing.
-func (s standingOrders) MarkStanding(order, standing string) {
-	s.ownMu.Lock()
-	defer s.ownMu.Unlock()
-	if oo := s.own[order]; oo != nil {
-		oo.stand = standing
-	}
-}
-
-// RestingAsks counts the GPUs on this node's resting, unexpired asks in a
-// market: already on the book.
+func (s standingOrders) MarkStanding(order, standing string) { s.orders.MarkStanding(order, standing) }
 func (s standingOrders) RestingAsks(mkt string, now time.Time) uint32 {
-	type ref struct{ id, currency string }
-	var refs []ref
-	s.ownMu.Lock()
-	for id, oo := range s.own {
-		if oo.order.Side == market.Ask && oo.order.Market == mkt && (oo.status == "resting" || oo.status == "taking") && oo.order.Expires.After(now) {
-			refs = append(refs, ref{id, oo.order.Currency})
-		}
-	}
-	s.ownMu.Unlock()
-	var sum uint32
-	for _, r := range refs {
-		if _, rem, ok := s.books.Lookup(mkt, r.currency, r.id); ok {
-			sum += rem
-		}
-	}
-	return sum
-}
-
-// ownFailed records why one of this node's orders failed to take a match.
-func (n *Node) ownFailed(id string, err error) {
-	n.ownMu.Lock()
-	defer n.ownMu.Unlock()
-	if oo := n.own[id]; oo != nil {
-		oo.err = err.Error()
-	}
+	return s.orders.RestingAsks(mkt, now)
 }
 
 // Credit.
-
-func (n *Node) checkCredit(terms *proto.Lease, now time.Time) error {
-	return n.credit.Check(terms, now)
-}
-
-// checkBidCredit is checkCredit for the resting bid bidID of buyer this
-// provider is about to take, billed as its offer says.
-func (n *Node) checkBidCredit(bidID, buyer string, count uint32, price int64, currency string, d time.Duration) error {
-	interval := int64(n.billingInterval / time.Second)
-	if t := n.Published().GetTerms().GetBillingIncrementS(); t > 0 {
-		interval = t
-	}
-	return n.credit.CheckBid(bidID, buyer, count, price, currency, d, interval, n.now())
-}
-
-// creditOthers is, for the provider's billing step of r, its buyer's
-// credit without r (credit.Policy.Others).
-func (n *Node) creditOthers(r *leaseRun, now time.Time) (market.Credit, bool) {
-	if r.rec.Role != market.RoleProvider {
-		return market.Credit{}, false
-	}
-	return n.credit.Others(r.id, r.peer, r.terms.Currency, now)
-}
-
-// overCreditLocked is credit.Policy.Over for r. Holds r.mu.
-func (n *Node) overCreditLocked(others market.Credit, limited bool, r *leaseRun, now time.Time) (string, bool) {
-	return n.credit.Over(others, limited, r.ml, now)
-}
-
-// billedTo is where r's receipts end: its last window billed, or its start.
-// Holds r.mu.
-func (r *leaseRun) billedTo() time.Time {
-	return time.UnixMilli(max(r.ml.Chain.WindowEndUnixMs, r.terms.StartUnixMs))
-}
 
 // creditViews are buyer's credit in its leases' currencies and the limit's.
 func (n *Node) creditViews(buyer peer.ID, currencies []string) []api.CreditView {

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -19,33 +18,15 @@ import (
 // the rest of the node (tradeNode) and keeps the node's names for what
 // the other files call.
 
-// gate is trade.Gate: spawn's too.
-type gate = trade.Gate
-
 // newTrader builds the node's side of the take protocol, once the host,
 // store and books are up.
 func (n *Node) newTrader() *trade.Trader {
 	return trade.New(trade.Config{
 		Host: n.host, Key: n.key, Store: n.store, Books: n.books, Inflight: &n.inflight, Now: n.now, Log: n.log,
-		Rejects: n.metrics.rejects, Node: tradeNode{n},
+		Rejects: n.metrics.Rejects, Node: tradeNode{n},
 		BillingInterval: n.billingInterval, PreemptNotice: n.preemptNotice, ChargeIncrement: n.chargeIncrement,
 		Schedule: n.schedule, ScheduleOffset: n.scheduleOffset, PreemptMargin: n.preemptMargin,
 	})
-}
-
-// takeLoop takes what o crosses (trade.Trader.TakeLoop).
-func (n *Node) takeLoop(ctx context.Context, o *market.Order, env []byte) {
-	n.trade.TakeLoop(ctx, o, env)
-}
-
-// handleTake answers a take (trade.Trader.HandleTake).
-func (n *Node) handleTake(ctx context.Context, from peer.ID, env []byte) *proto.TradeReply {
-	return n.trade.HandleTake(ctx, from, env)
-}
-
-// passedOver explains o's untaken crossing orders (trade.PassedOver).
-func (n *Node) passedOver(o market.Order, left uint32) []api.PassView {
-	return trade.PassedOver(n.books, o, left, n.now())
 }
 
 // tradeNode is the rest of the node as package trade sees it.
@@ -59,19 +40,23 @@ func (w tradeNode) AskFacts(ctx context.Context, o *market.Order, seq uint64) er
 func (w tradeNode) OfferOf(ctx context.Context, p peer.ID, minSeq uint64) (*proto.Offer, error) {
 	return w.n.offerOf(ctx, p, minSeq)
 }
-func (w tradeNode) FreeGPUs(mkt string) ([]string, error) { return w.n.freeGPUs(mkt) }
+func (w tradeNode) FreeGPUs(mkt string) ([]string, error) { return w.n.prov.FreeGPUs(mkt) }
 func (w tradeNode) FreeGPUsFor(mkt string, start, end time.Time) ([]string, error) {
-	return w.n.freeGPUsFor(mkt, start, end)
+	return w.n.prov.FreeGPUsFor(mkt, start, end)
 }
 func (w tradeNode) LeaseStart(bid *market.Order, now time.Time) time.Time {
-	return leaseStartFor(bid, now)
+	return market.LeaseStartFor(bid, now)
 }
 func (w tradeNode) WantStart(o *market.Order, blockStart, now time.Time) time.Time {
-	return wantStart(o, blockStart, now)
+	return market.WantStart(o, blockStart, now)
 }
-func (w tradeNode) CheckCredit(l *proto.Lease, now time.Time) error { return w.n.checkCredit(l, now) }
+func (w tradeNode) CheckCredit(l *proto.Lease, now time.Time) error { return w.n.credit.Check(l, now) }
 func (w tradeNode) CheckBidCredit(bidID, buyer string, count uint32, price int64, currency string, d time.Duration) error {
-	return w.n.checkBidCredit(bidID, buyer, count, price, currency, d)
+	interval := int64(w.n.billingInterval / time.Second) // as the provider's offer bills it
+	if t := w.n.Published().GetTerms().GetBillingIncrementS(); t > 0 {
+		interval = t
+	}
+	return w.n.credit.CheckBid(bidID, buyer, count, price, currency, d, interval, w.n.now())
 }
 func (w tradeNode) CapacityChanged() { w.n.capacityChanged() }
 func (w tradeNode) PublishBook(ctx context.Context, mkt string, m *proto.BookMessage, ev *p2p.BookEvent) error {
@@ -80,73 +65,20 @@ func (w tradeNode) PublishBook(ctx context.Context, mkt string, m *proto.BookMes
 func (w tradeNode) Spawn(fn func()) bool     { return w.n.spawn(fn) }
 func (w tradeNode) Context() context.Context { return w.n.ctx }
 func (w tradeNode) StoreFailed(what string, err error, lease string) {
-	w.n.storeFailed(&storeError{what: what, err: err}, lease)
+	w.n.storeFailed(what, err, lease)
 }
 
-// TermsFailed: a lease adapter (r.mu, failStoreLocked).
-func (w tradeNode) TermsFailed(lease string, err error) {
-	if r, lerr := w.n.leaseRun(lease); lerr == nil {
-		r.mu.Lock()
-		w.n.failStoreLocked(r, "lease terms", err)
-		r.mu.Unlock()
-		return
-	}
-	w.n.storeFailed(&storeError{what: "lease terms", err: err}, lease)
-}
-func (w tradeNode) OwnFilled(order string) uint32     { return w.n.ownFilledQty(order) }
-func (w tradeNode) OwnFailed(order string, err error) { w.n.ownFailed(order, err) }
+func (w tradeNode) TermsFailed(lease string, err error) { w.n.leases.TermsFailed(lease, err) }
+func (w tradeNode) OwnFilled(order string) uint32       { return w.n.orders.FilledQty(order) }
+func (w tradeNode) OwnFailed(order string, err error)   { w.n.orders.Failed(order, err) }
 
-// preemptibleLocked is whether lease r may still be preempted: it runs
-// and was not preempted before. The one statement of it, for both sides.
-// Holds r.mu.
-func preemptibleLocked(r *leaseRun) bool {
-	return r.ml.State == market.LeaseRunning && r.rec.PreemptAt.IsZero()
-}
-
-// Preemptible: a lease adapter (n.leases.runs, r.mu, r.rec, r.ml, r.terms).
-func (w tradeNode) Preemptible(mkt string) []market.Preemptible {
-	n := w.n
-	n.leases.mu.Lock()
-	defer n.leases.mu.Unlock()
-	var out []market.Preemptible
-	for _, r := range n.leases.runs {
-		r.mu.Lock()
-		if r.rec.Role == market.RoleProvider && r.terms.Market == mkt && preemptibleLocked(r) {
-			out = append(out, market.Preemptible{ID: r.id, GPUs: r.terms.Gpus, Price: r.terms.PriceMicros,
-				Type: market.LeaseType(r.terms.LeaseType), Since: r.ml.StartedAt})
-		}
-		r.mu.Unlock()
-	}
-	return out
-}
-
-// LeaseOf: a lease adapter (r.rec, r.peer, r.terms).
+func (w tradeNode) Preemptible(mkt string) []market.Preemptible { return w.n.leases.Preemptible(mkt) }
 func (w tradeNode) LeaseOf(id string) (market.Role, peer.ID, *proto.Lease, bool) {
-	r, err := w.n.leaseRun(id)
-	if err != nil {
-		return 0, "", nil, false
-	}
-	return r.rec.Role, r.peer, r.terms, true
+	return w.n.leases.Party(id)
 }
-
-// MarkPreempted: a lease adapter (r.mu, r.rec, r.ml, r.exec, putRecordLocked, poke).
 func (w tradeNode) MarkPreempted(id string, at time.Time, note string) (trade.Preempted, bool) {
-	r, err := w.n.leaseRun(id)
-	if err != nil {
-		return trade.Preempted{}, false
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !preemptibleLocked(r) {
-		return trade.Preempted{}, false
-	}
-	r.rec.PreemptAt, r.rec.Note = at, note
-	w.n.putRecordLocked(r)
-	l := trade.Preempted{Peer: r.peer, BidID: r.rec.BidID, Poke: r.poke}
-	if ex := r.exec; ex != nil && r.rec.Role == market.RoleProvider {
-		l.Stop = func(grace time.Duration) { ex.Stop(grace) }
-	}
-	return l, true
+	p, ok := w.n.leases.MarkPreempted(id, at, note)
+	return trade.Preempted(p), ok
 }
 func (w tradeNode) HoldBlock(ctx context.Context, lease string, gpus []string, start, end time.Time) error {
 	return w.n.leases.HoldBlock(ctx, lease, gpus, start, end)
@@ -155,17 +87,8 @@ func (w tradeNode) ReleaseBlock(ctx context.Context, lease string) {
 	w.n.leases.ReleaseBlock(ctx, lease)
 }
 func (w tradeNode) Requeue(bidID string, gpus int, left time.Duration) {
-	w.n.requeue(bidID, gpus, left)
+	w.n.orders.Requeue(bidID, gpus, left)
 }
-
-// takePreemption is the buyer's side of a notice (trade.Trader.TakePreemption).
-func (n *Node) takePreemption(from peer.ID, env []byte) error {
-	return n.trade.TakePreemption(from, env)
-}
-
-// preemptible lists this provider's running spot leases in mkt not yet
-// preempted.
-func (n *Node) preemptible(mkt string) []market.Preemptible { return tradeNode{n}.Preemptible(mkt) }
 
 func (w tradeNode) ResaleTake(ctx context.Context, from peer.ID, take *proto.Take, takeEnv []byte, takeID string) (*proto.TradeReply, bool) {
 	return w.n.resale.HandleTake(ctx, from, take, takeEnv, takeID)
@@ -178,123 +101,50 @@ func (w tradeNode) TakeResale(o *market.Order, m market.Match, takeEnv, askEnv [
 func (n *Node) newResale() *resale.Manager {
 	return resale.New(resale.Config{
 		Host: n.host, Key: n.key, Store: n.store, Books: n.books, Now: n.now, Log: n.log,
-		Rejects: n.metrics.rejects, Node: resaleNode{n},
+		Rejects: n.metrics.Rejects, Node: resaleNode{n},
 	})
 }
 
 // Forwarders for the other files of node.
 
-func (n *Node) placeResale(ctx context.Context, req api.OrderRequest) (api.OrderView, error) {
-	return n.resale.Place(ctx, req)
-}
 func (n *Node) askFactsOf(ctx context.Context, o *market.Order, po *proto.Order) error {
 	return n.resale.AskFacts(ctx, o, po)
 }
-func (n *Node) takeHandover(from peer.ID, env []byte) ([]byte, error) {
-	return n.resale.TakeHandover(from, env)
-}
-func (n *Node) takePremiumCountersign(from peer.ID, env []byte) error {
-	return n.resale.TakePremiumCountersign(from, env)
-}
-func (n *Node) resaleView(id string) *api.ResaleView { return n.resale.View(id) }
 
 // resaleNode is the rest of the node as package resale sees it.
-type resaleNode struct{ n *Node }
+type resaleNode struct{ *Node }
 
 var _ resale.Node = resaleNode{}
 
-// Lease: a lease adapter (r.mu, r.rec, r.terms, r.ml, r.peer).
 func (w resaleNode) Lease(id string) (resale.Lease, error) {
-	r, err := w.n.leaseRun(id)
-	if err != nil {
-		return resale.Lease{}, err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return resale.Lease{ID: r.id, Peer: r.peer, Role: r.rec.Role, Terms: r.terms, State: r.ml.State, Fill: r.rec.Fill}, nil
+	l, err := w.leases.Snapshot(id)
+	return resale.Lease(l), err
 }
-
-// EndResold: a lease adapter (r.mu, r.ml, endLocked, poke, runLease).
 func (w resaleNode) EndResold(id string, at time.Time, note string) {
-	r, err := w.n.leaseRun(id)
-	if err != nil {
-		return
-	}
-	r.mu.Lock()
-	if r.ml.State == market.LeaseRunning {
-		w.n.endLocked(r, market.CloseResold, at, note)
-	}
-	r.mu.Unlock()
-	r.poke()
-	w.n.runLease(r)
+	w.leases.EndResold(id, at, note)
 }
-
-// HandOver: a lease adapter (r.mu, r.rec, r.ml, endLocked).
 func (w resaleNode) HandOver(id string, fn func(billedTo time.Time) (time.Time, string, error)) (time.Time, error) {
-	r, err := w.n.leaseRun(id)
-	if err != nil {
-		return time.Time{}, &market.ResaleError{Label: "unknown-lease", Reason: err.Error()}
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.ml.State != market.LeaseRunning {
-		return time.Time{}, &market.ResaleError{Label: "ended", Reason: fmt.Sprintf("lease %s is %s", r.id, r.ml.State)}
-	}
-	at, note, err := fn(time.UnixMilli(max(r.ml.Chain.WindowEndUnixMs, r.ml.StartedAt.UnixMilli())))
-	if err != nil {
-		return time.Time{}, err
-	}
-	w.n.endLocked(r, market.CloseResold, at, note)
-	return r.ml.ClosedAt, nil
+	return w.leases.HandOver(id, fn)
 }
+func (w resaleNode) ResoldClosed(id string, at time.Time) { w.leases.ResoldClosed(id, at) }
+func (w resaleNode) StartLease(ev *p2p.BookEvent)         { w.leases.FromFill(ev) }
 
-// ResoldClosed: a lease adapter (poke, runLease, sendClose).
-func (w resaleNode) ResoldClosed(id string, at time.Time) {
-	r, err := w.n.leaseRun(id)
-	if err != nil {
-		return
-	}
-	r.poke()
-	w.n.runLease(r)
-	w.n.sendClose(r, market.CloseResold, at)
-}
-func (w resaleNode) StartLease(ev *p2p.BookEvent) { w.n.leaseFromFill(ev) }
-
-// ResaleOf and AddOwn: the own orders (ownMu, own).
-func (w resaleNode) ResaleOf(order string) string {
-	w.n.ownMu.Lock()
-	defer w.n.ownMu.Unlock()
-	if oo := w.n.own[order]; oo != nil {
-		return oo.req.Resell
-	}
-	return ""
-}
+func (w resaleNode) ResaleOf(order string) string { return w.orders.ResaleOf(order) }
 func (w resaleNode) AddOwn(o *market.Order, env []byte, req api.OrderRequest) {
-	w.n.ownMu.Lock()
-	defer w.n.ownMu.Unlock()
-	w.n.own[o.ID] = &ownOrder{order: *o, env: env, status: "resting", req: req}
+	w.orders.Add(o, env, req)
 }
-func (w resaleNode) OwnFilled(f market.Fill, l *proto.Lease) { w.n.ownFilled(f, l) }
-func (w resaleNode) Order(ctx context.Context, id string) (api.OrderView, error) {
-	return w.n.Order(ctx, id)
-}
-func (w resaleNode) CancelOrder(ctx context.Context, id string) (api.OrderView, error) {
-	return w.n.CancelOrder(ctx, id)
-}
-func (w resaleNode) JoinMarket(ctx context.Context, mkt string) error {
-	return w.n.JoinMarket(ctx, mkt)
-}
+func (w resaleNode) OwnFilled(f market.Fill, l *proto.Lease) { w.orders.Filled(f, l) }
 func (w resaleNode) PublishBook(ctx context.Context, mkt string, m *proto.BookMessage, ev *p2p.BookEvent) error {
-	return w.n.publishBook(ctx, mkt, m, ev)
+	return w.publishBook(ctx, mkt, m, ev)
 }
 func (w resaleNode) AskFacts(ctx context.Context, o *market.Order, seq uint64) error {
-	return w.n.askFacts(ctx, o, seq)
+	return w.askFacts(ctx, o, seq)
 }
 func (w resaleNode) OfferOf(ctx context.Context, p peer.ID, minSeq uint64) (*proto.Offer, error) {
-	return w.n.offerOf(ctx, p, minSeq)
+	return w.offerOf(ctx, p, minSeq)
 }
 func (w resaleNode) AttestedLevel(ctx context.Context, p peer.ID, offer *proto.Offer) string {
-	return w.n.attestedLevel(ctx, p, offer)
+	return w.attestedLevel(ctx, p, offer)
 }
-func (w resaleNode) Spawn(fn func()) bool     { return w.n.spawn(fn) }
-func (w resaleNode) Context() context.Context { return w.n.ctx }
+func (w resaleNode) Spawn(fn func()) bool     { return w.spawn(fn) }
+func (w resaleNode) Context() context.Context { return w.ctx }

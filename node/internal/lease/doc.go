@@ -122,7 +122,14 @@
 // run not in the table yet). leaseLogs.mu is a leaf. No lock is held
 // across a network call or while a workload stops (EndLocked stops it in
 // the background); the store is written under Run.mu (its writes are
-// synced: a receipt is on disk before it is answered). Hooks.Track runs
-// under Manager.mu and OverCreditLocked and BilledTo under Run.mu: they
-// must take no lock of this package.
+// synced: a receipt is on disk before it is answered). Hooks.OverCreditLocked
+// runs under Run.mu and must take no lock of this package; every other
+// hook runs with none held.
+//
+// The node's other parts read and mark leases through the Manager
+// (others.go: Preemptible, MarkPreempted, Party, EachProvided, Snapshot,
+// EndResold, HandOver, ResoldClosed, TermsFailed), each taking
+// Manager.mu, then a run's, in the order above, so none may be called
+// with a lock of this package held (from OverCreditLocked); callers may
+// hold their own (the trade lock holds across Preemptible).
 package lease

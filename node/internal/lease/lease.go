@@ -39,7 +39,6 @@ type Run struct {
 	id    string
 	terms *proto.Lease
 	peer  peer.ID // the counterparty
-	ext   any     // the node's handle of this run (Hooks.Track); set before the run is shared
 
 	mu     sync.Mutex
 	ml     *market.Lease // replaced in place (rebuildLocked), never swapped
@@ -68,29 +67,6 @@ type Run struct {
 	// time long past (leaseUnsettled).
 	closeTakenAt time.Time
 }
-
-// RunParts are a run's fields as the node's transitional handle reads
-// them (see Hooks.Track): the lock and pointers into the run itself.
-// ML is replaced in place, never swapped, so the pointer stays good.
-type RunParts struct {
-	ID    string
-	Terms *proto.Lease
-	Peer  peer.ID
-	Mu    *sync.Mutex
-	ML    *market.Lease
-	Rec   *leases.Record
-}
-
-// Parts are r's fields for the node's handle (Hooks.Track).
-func (r *Run) Parts() RunParts {
-	return RunParts{ID: r.id, Terms: r.terms, Peer: r.peer, Mu: &r.mu, ML: r.ml, Rec: &r.rec}
-}
-
-// Ext is what Hooks.Track returned for r.
-func (r *Run) Ext() any { return r.ext }
-
-// ExecLocked is r's running workload (nil: none). Holds r's lock.
-func (r *Run) ExecLocked() executor.Execution { return r.exec }
 
 type gpuMeter struct {
 	utilSum, samples      uint64
@@ -162,18 +138,13 @@ type Metrics interface {
 // Hooks are what the lease runtime needs from the rest of the node.
 // Each is called without the manager's lock unless it says otherwise.
 type Hooks struct {
-	// Track is called once for each run before it is shared, with the
-	// manager's lock held (and sometimes r's): it returns the node's
-	// handle of r (Run.Ext) and must lock nothing the lease code locks.
-	Track func(r *Run) any
-	// CreditOthers is the buyer's credit with this provider outside r
-	// (ok false: no limit applies).
-	CreditOthers func(r *Run, now time.Time) (market.Credit, bool)
-	// OverCreditLocked reports whether r takes the buyer over its limit,
-	// and the note to close it with. Holds r's lock.
-	OverCreditLocked func(others market.Credit, limited bool, r *Run, now time.Time) (string, bool)
-	// BilledTo is how far r is billed. Holds r's lock.
-	BilledTo func(r *Run) time.Time
+	// CreditOthers is buyer's credit with this provider in currency
+	// outside lease (ok false: no limit applies).
+	CreditOthers func(lease string, buyer peer.ID, currency string, now time.Time) (market.Credit, bool)
+	// OverCreditLocked reports whether the lease ml takes the buyer over
+	// its limit, and the note to close it with. Holds the run's lock: it
+	// must lock nothing of this package.
+	OverCreditLocked func(others market.Credit, limited bool, ml *market.Lease, now time.Time) (string, bool)
 	// LeaseEnded: a provider's lease ended; its capacity is free again.
 	LeaseEnded func()
 	// The receipt protocol's frames the lease runtime does not own:
@@ -199,13 +170,6 @@ func New(c Config) *Manager {
 }
 
 func (m *Manager) now() time.Time { return m.clock.Now() }
-
-// track registers r with the node (Hooks.Track). Holds m.mu.
-func (m *Manager) track(r *Run) {
-	if m.hooks.Track != nil {
-		r.ext = m.hooks.Track(r)
-	}
-}
 
 // Start registers the lease protocols and resumes every stored lease:
 // closed ones are listed, open ones go on (or close with a reason when
@@ -238,7 +202,6 @@ func (m *Manager) Start() error {
 		r.resumedAt = now
 		m.mu.Lock()
 		m.runs[id] = r
-		m.track(r)
 		m.mu.Unlock()
 		m.addPeerAddrs(r)
 		if r.ml.State == market.LeaseClosed && !m.leaseUnsettled(r, now) {
@@ -421,7 +384,6 @@ func (m *Manager) FromFill(ev *p2p.BookEvent) {
 		return
 	}
 	m.runs[terms.Id] = r
-	m.track(r)
 	m.mu.Unlock()
 	start := time.UnixMilli(terms.StartUnixMs)
 	if role == market.RoleProvider {
@@ -444,6 +406,12 @@ func (m *Manager) FromFill(ev *p2p.BookEvent) {
 			m.followExec(r)
 		})
 	}
+}
+
+// billedToLocked is where r's receipts end: its last window billed, or
+// its start. Holds r.mu.
+func (r *Run) billedToLocked() time.Time {
+	return time.UnixMilli(max(r.ml.Chain.WindowEndUnixMs, r.terms.StartUnixMs))
 }
 
 // syncRecord copies the market lease's state into the record. Holds r.mu.
@@ -547,7 +515,11 @@ func (m *Manager) leaseUnsettled(r *Run, now time.Time) bool {
 func (m *Manager) providerStep(r *Run) bool {
 	m.sample(r)
 	now := m.now()
-	others, limited := m.hooks.CreditOthers(r, now)
+	var others market.Credit
+	var limited bool
+	if r.rec.Role == market.RoleProvider {
+		others, limited = m.hooks.CreditOthers(r.id, r.peer, r.terms.Currency, now)
+	}
 	r.mu.Lock()
 	var notify market.CloseReason
 	switch {
@@ -561,8 +533,8 @@ func (m *Manager) providerStep(r *Run) bool {
 		m.EndLocked(r, market.CloseUnpaid, now, "buyer did not countersign within the grace")
 		notify = market.CloseUnpaid
 	}
-	if note, over := m.hooks.OverCreditLocked(others, limited, r, now); over {
-		m.EndLocked(r, market.CloseUnpaid, m.hooks.BilledTo(r), note)
+	if note, over := m.hooks.OverCreditLocked(others, limited, r.ml, now); over {
+		m.EndLocked(r, market.CloseUnpaid, r.billedToLocked(), note)
 		notify = market.CloseUnpaid
 	}
 	var failNote string
@@ -586,7 +558,7 @@ func (m *Manager) providerStep(r *Run) bool {
 			}
 			break
 		}
-		if note, over := m.hooks.OverCreditLocked(others, limited, r, now); over {
+		if note, over := m.hooks.OverCreditLocked(others, limited, r.ml, now); over {
 			m.EndLocked(r, market.CloseUnpaid, w.End, note)
 			notify = market.CloseUnpaid
 		}

@@ -109,10 +109,11 @@ func newParty(t testing.TB, clock *clockwork.FakeClock, grace time.Duration) *pa
 			return true
 		},
 		Hooks: Hooks{
-			CreditOthers:     func(*Run, time.Time) (market.Credit, bool) { return market.Credit{}, false },
-			OverCreditLocked: func(market.Credit, bool, *Run, time.Time) (string, bool) { return "", false },
-			BilledTo:         func(r *Run) time.Time { return time.UnixMilli(r.ml.Chain.WindowEndUnixMs) },
-			LeaseEnded:       func() {},
+			CreditOthers: func(string, peer.ID, string, time.Time) (market.Credit, bool) { return market.Credit{}, false },
+			OverCreditLocked: func(market.Credit, bool, *market.Lease, time.Time) (string, bool) {
+				return "", false
+			},
+			LeaseEnded: func() {},
 			TakePayment: func(_ peer.ID, body []byte) error {
 				p.payment <- body
 				return nil
