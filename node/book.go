@@ -10,6 +10,7 @@ import (
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/internal/exchange"
+	"github.com/suanli/suanli/node/internal/leases"
 	"github.com/suanli/suanli/node/internal/resale"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
@@ -35,7 +36,9 @@ func (n *Node) newBooks(sweepEvery time.Duration, maxResting int) *exchange.Book
 		SweepEvery: sweepEvery,
 		MaxResting: maxResting,
 		Hooks: exchange.Hooks{
-			CheckAsk:    n.askFactsOf,
+			CheckAsk: func(ctx context.Context, o *market.Order, po *proto.Order) error {
+				return n.resale.AskFacts(ctx, o, po)
+			}, // n.resale is set later
 			Cancelled:   func(id string) { n.orders.Cancelled(id) },
 			FillLocked:  n.fillLocked,
 			Filled:      n.filled,
@@ -145,8 +148,8 @@ func (n *Node) filled(ev *p2p.BookEvent, index int64, party bool) {
 // fillRefused keeps, as evidence, a doubly-signed fill the book refused
 // for a reason that is its signers' fault.
 func (n *Node) fillRefused(ev *p2p.BookEvent, err error) {
-	if isFillEvidence(err) && ev.Raw != nil {
-		if perr := n.putFillEvidence(*ev.Fill, ev.Raw, err, n.now()); perr != nil {
+	if leases.IsFillEvidence(err) && ev.Raw != nil {
+		if perr := leases.PutFillEvidence(n.store, *ev.Fill, ev.Raw, err, n.now()); perr != nil {
 			n.storeFailed("fill evidence", perr, ev.Fill.ID)
 		}
 	}
@@ -156,8 +159,6 @@ func (n *Node) fillRefused(ev *p2p.BookEvent, err error) {
 func (n *Node) publishBook(ctx context.Context, mkt string, m *proto.BookMessage, ev *p2p.BookEvent) error {
 	return n.books.Publish(ctx, mkt, m, ev)
 }
-
-func (n *Node) kickMarket(mkt string) { n.books.Kick(mkt) }
 
 // takeCrossing makes this node the taker of each of its resting orders in
 // mkt that a new opposite order crosses.

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"sort"
 
@@ -18,7 +19,7 @@ func (n *Node) Book(ctx context.Context, mkt, currency string) (_ api.BookView, 
 	if err := n.JoinMarket(ctx, mkt); err != nil {
 		return api.BookView{}, err
 	}
-	cur := cmpOr(currency, "USD")
+	cur := cmp.Or(currency, "USD")
 	if _, err := market.LookupCurrency(cur); err != nil {
 		return api.BookView{}, api.BadRequest("%v", err)
 	}

@@ -2,12 +2,9 @@ package node
 
 import (
 	"context"
-	"time"
 
-	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/internal/leases"
-	"github.com/suanli/suanli/proto"
 )
 
 // Kinds of evidence (see leases.Evidence).
@@ -15,15 +12,6 @@ const (
 	EvidenceEquivocation = leases.EvidenceEquivocation // a provider signed two different receipts with one seq
 	EvidenceRefusedFill  = leases.EvidenceRefusedFill  // a fill both parties signed that contradicts the book (overfill, bad price)
 )
-
-// putFillEvidence keeps a doubly-signed fill the book refused.
-func (n *Node) putFillEvidence(f market.Fill, raw *proto.Fill, err error, at time.Time) error {
-	return leases.PutFillEvidence(n.store, f, raw, err, at)
-}
-
-// isFillEvidence reports whether a refusal of a fill shows its signers
-// misbehaving (leases.IsFillEvidence).
-func isFillEvidence(err error) bool { return leases.IsFillEvidence(err) }
 
 // Evidence implements LeaseAPI: the evidence this node keeps of other
 // peers' signed misbehaviour, newest first, only that signed by peer when

@@ -13,7 +13,7 @@ func WithSweepInterval(d time.Duration) Option {
 }
 
 // KickMarket asks the cross loop to re-check a market, as a new order does.
-func (n *Node) KickMarket(mkt string) { n.kickMarket(mkt) }
+func (n *Node) KickMarket(mkt string) { n.books.Kick(mkt) }
 
 // FailStoreWrites makes every later write to the node's store of a key
 // under prefix fail with err (the keys are in internal/store/keys.go);

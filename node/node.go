@@ -379,11 +379,11 @@ func New(opts ...Option) (_ *Node, err error) {
 	if o.api != nil {
 		apiAddr = *o.api
 	}
-	n.region = cmpOr(o.region, cfg.Region, repo.DefaultRegion)
+	n.region = cmp.Or(o.region, cfg.Region, repo.DefaultRegion)
 	if !market.ValidRegion(n.region) {
 		return nil, fmt.Errorf("node: region %q in config: want a code like CN-GZ", n.region)
 	}
-	priceStr, cur := cmpOr(o.price, cfg.Price, "2.50"), cmpOr(o.currency, cfg.Currency, "USD")
+	priceStr, cur := cmp.Or(o.price, cfg.Price, "2.50"), cmp.Or(o.currency, cfg.Currency, "USD")
 	if n.price, err = market.ParseMoney(priceStr, cur); err != nil {
 		return nil, fmt.Errorf("node: price in config: %w", err)
 	}
@@ -443,7 +443,7 @@ func New(opts ...Option) (_ *Node, err error) {
 }
 
 func (n *Node) openGPUs(o options, cfg Config) {
-	sim := cmpOr(o.gpuSim, cfg.GPUSim)
+	sim := cmp.Or(o.gpuSim, cfg.GPUSim)
 	switch {
 	case o.noGPU:
 		n.noGPU = errors.New("started without GPUs (buyer only)")
@@ -603,15 +603,6 @@ func firstNonEmpty(a, b []string) []string {
 		return a
 	}
 	return b
-}
-
-func cmpOr(vals ...string) string {
-	for _, v := range vals {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
 
 func shortID(p peer.ID) string { return short(p.String()) }

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -52,7 +53,7 @@ func (n *Node) AckPayment(ctx context.Context, req api.PaymentRequest) (_ api.Pa
 	if err != nil {
 		return api.PaymentView{}, api.BadRequest("peer: %v", err)
 	}
-	m, err := market.ParseAmount(req.Amount, cmpOr(req.Currency, "USD"))
+	m, err := market.ParseAmount(req.Amount, cmp.Or(req.Currency, "USD"))
 	if err != nil {
 		return api.PaymentView{}, api.BadRequest("amount: %v", err)
 	}

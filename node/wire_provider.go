@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -74,8 +75,8 @@ func WithCreditLimit(decimal, currency string) Option {
 
 // creditSettings resolves the credit policy: options over config.json.
 func creditSettings(o options, cfg Config, priceCurrency string) credit.Settings {
-	return credit.Settings{Limit: cmpOr(o.creditLimit, cfg.CreditLimit), Currency: cmpOr(o.creditCurrency, priceCurrency),
-		New: cmpOr(o.creditNew, cfg.CreditNew)}
+	return credit.Settings{Limit: cmp.Or(o.creditLimit, cfg.CreditLimit), Currency: cmp.Or(o.creditCurrency, priceCurrency),
+		New: cmp.Or(o.creditNew, cfg.CreditNew)}
 }
 
 // newCredit makes the node's credit policy; what it reads of the node
@@ -239,7 +240,7 @@ func (n *Node) creditFreed(buyer peer.ID) {
 	for _, g := range n.Published().GetGpus() {
 		if !seen[g.Market] {
 			seen[g.Market] = true
-			n.kickMarket(g.Market)
+			n.books.Kick(g.Market)
 		}
 	}
 }

@@ -107,10 +107,6 @@ func (n *Node) newResale() *resale.Manager {
 
 // Forwarders for the other files of node.
 
-func (n *Node) askFactsOf(ctx context.Context, o *market.Order, po *proto.Order) error {
-	return n.resale.AskFacts(ctx, o, po)
-}
-
 // resaleNode is the rest of the node as package resale sees it.
 type resaleNode struct{ *Node }
 

@@ -23,6 +23,7 @@
 package orders
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -141,19 +142,10 @@ func workloadOf(req api.OrderRequest) executor.Spec {
 	return executor.Spec{Command: req.Exec, Image: req.Image, Ports: req.Ports, SSHKey: req.SSHKey, WritableRoot: req.WritableRoot}
 }
 
-func cmpOr(vals ...string) string {
-	for _, v := range vals {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
-}
-
 // build turns a request into a signed order of this node.
 func (w *Own) build(req api.OrderRequest) (*market.Order, *proto.Order, error) {
 	now := w.c.Now()
-	cur := cmpOr(req.Currency, "USD")
+	cur := cmp.Or(req.Currency, "USD")
 	if req.Price == "" && req.Side == "ask" && req.LeaseType == "reserved" {
 		p, err := w.c.Node.ReservedAskPrice(req.MinDuration)
 		if err != nil {
@@ -169,12 +161,12 @@ func (w *Own) build(req api.OrderRequest) (*market.Order, *proto.Order, error) {
 	if err != nil {
 		return nil, nil, api.BadRequest("%v", err)
 	}
-	lt, err := market.ParseLeaseType(cmpOr(req.LeaseType, "spot"))
+	lt, err := market.ParseLeaseType(cmp.Or(req.LeaseType, "spot"))
 	if err != nil {
 		return nil, nil, api.BadRequest("%v", err)
 	}
 	dur := func(s, def string, what string) (time.Duration, error) {
-		d, err := time.ParseDuration(cmpOr(s, def))
+		d, err := time.ParseDuration(cmp.Or(s, def))
 		if err != nil {
 			return 0, api.BadRequest("%s: %v", what, err)
 		}
