@@ -46,6 +46,7 @@ func (n *Node) Trades(ctx context.Context, mkt string) (_ []api.TradeView, err e
 			out = append(out, orders.TradeView(r.Fill, r.Lease))
 		}
 	})
+	out = append(out, n.orders.Resales(mkt)...)
 	sort.Slice(out, func(i, j int) bool {
 		if !out[i].Time.Equal(out[j].Time) {
 			return out[i].Time.After(out[j].Time)

@@ -243,6 +243,25 @@ func TestResale(t *testing.T) {
 		t.Errorf("premium: holder %+v, buyer %+v; want the same record, %d micros from %s", sold, bought, want, pl.ClosedAt)
 	}
 
+	// The trade names the provider whose GPUs the new lease holds and the
+	// holder that resold them, on both sides, in the order's fills and in
+	// trades (a resale is not gossiped: each side lists its own).
+	for _, n := range []*node.Node{holder, buyer} {
+		ts, err := n.Trades(ctx, h100)
+		var found *api.TradeView
+		for i := range ts {
+			if ts[i].Lease == nl {
+				found = &ts[i]
+			}
+		}
+		if err != nil || found == nil || found.Provider != provider.PeerID().String() || found.Reseller != holder.PeerID().String() || found.Buyer != buyer.PeerID().String() {
+			t.Errorf("trades on %s: %+v (%v); want the resale of %s by the holder", n.Repo(), found, err, nl)
+		}
+	}
+	if f := bid.Fills[0]; f.Provider != provider.PeerID().String() || f.Reseller != holder.PeerID().String() {
+		t.Errorf("the new buyer's fill names provider %s, reseller %s; want the provider and the holder", f.Provider, f.Reseller)
+	}
+
 	// The premium is settled between holder and buyer as a lease is:
 	// each side's ledger has it, owed to the holder.
 	premiumOf := func(n *node.Node, peerID peer.ID) (api.LeaseSettlement, bool) {

@@ -315,6 +315,15 @@ func cmdOrders(e *env, args []string) error {
 	return tw.Flush()
 }
 
+// resoldBy names a trade's provider, and for a resale the holder that
+// resold its reserved time.
+func resoldBy(t api.TradeView) string {
+	if t.Reseller == "" {
+		return short(t.Provider)
+	}
+	return short(t.Provider) + " (resold by " + short(t.Reseller) + ")"
+}
+
 func cmdCancel(e *env, args []string) error {
 	fs := flag.NewFlagSet("cancel", flag.ContinueOnError)
 	if err := parse(e, fs, args, 1); err != nil {
@@ -435,7 +444,7 @@ func cmdTrades(e *env, args []string) error {
 	fmt.Fprintln(tw, "TIME\tGPUS\tPRICE/GPU-H\tTYPE\tBUYER\tPROVIDER\tLEASE")
 	for _, t := range trades {
 		fmt.Fprintf(tw, "%s\t%d\t%s %s\t%s\t%s\t%s\t%s\n", t.Time.Local().Format(time.TimeOnly), t.Count, t.Price, t.Currency,
-			t.LeaseType, short(t.Buyer), short(t.Provider), short(t.Lease))
+			t.LeaseType, short(t.Buyer), resoldBy(t), short(t.Lease))
 	}
 	return tw.Flush()
 }

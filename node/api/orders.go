@@ -73,13 +73,16 @@ type OrderView struct {
 
 // TradeView is one fill.
 type TradeView struct {
-	ID        string    `json:"id"`
-	Market    string    `json:"market"`
-	Price     string    `json:"price"`
-	Currency  string    `json:"currency"`
-	Count     uint32    `json:"count"`
-	Buyer     string    `json:"buyer"`
-	Provider  string    `json:"provider"`
+	ID       string `json:"id"`
+	Market   string `json:"market"`
+	Price    string `json:"price"`
+	Currency string `json:"currency"`
+	Count    uint32 `json:"count"`
+	Buyer    string `json:"buyer"`
+	Provider string `json:"provider"`
+	// Reseller is the holder that resold the provider's reserved time to
+	// the buyer (a resale), "" otherwise.
+	Reseller  string    `json:"reseller,omitempty"`
 	Lease     string    `json:"lease"`
 	LeaseType string    `json:"lease_type"`
 	GPUs      []string  `json:"gpus,omitempty"`

@@ -341,7 +341,7 @@ views.markets = async function (arg) {
     table("levels asks", ["ask", { label: "GPUs", num: 1 }, { label: "orders", num: 1 }], book.asks.map(l => el("tr", {}, td(el("span", { class: "side-ask" }, l.price)), td(l.count, 1), td(l.orders, 1))), { empty: "no asks" }))));
   out.push(card("Recent trades · all traders", el("div", { id: "trades" }, table("trades", ["time", { label: "price", num: 1 }, { label: "GPUs", num: 1 }, "type", "buyer", "provider", "lease"],
     trades.slice(0, 50).map(t => el("tr", { "data-fill": t.id }, td(when(t.time)), td(t.price + " " + t.currency, 1), td(t.count, 1), td(el("span", { class: "type-tag " + typeClass(t.lease_type) }, t.lease_type)),
-      td(short(t.buyer)), td(short(t.provider)), td(t.lease ? el("a", { href: "#/lease/" + encodeURIComponent(t.lease) }, short(t.lease)) : "-"))),
+      td(short(t.buyer)), td(t.reseller ? short(t.provider) + " (resold by " + short(t.reseller) + ")" : short(t.provider)), td(t.lease ? el("a", { href: "#/lease/" + encodeURIComponent(t.lease) }, short(t.lease)) : "-"))),
     { empty: "no trades yet" }))));
   return out;
 };

@@ -133,8 +133,30 @@ func TradeView(f market.Fill, l *proto.Lease) api.TradeView {
 	}
 	if l != nil {
 		v.Lease, v.GPUs = l.Id, l.Gpus
+		// A resale: the ask's maker holds the lease it resold; the new
+		// lease is the provider's, as are its GPUs.
+		if p, err := peer.IDFromBytes(l.Provider); err == nil && p.String() != f.Provider && f.Provider != "" {
+			v.Provider, v.Reseller = p.String(), f.Provider
+		}
 	}
 	return v
+}
+
+// Resales are this node's fills of resale asks, its own or taken, in a
+// market: they are agreed between their three parties and not gossiped,
+// so the replicas' trades lack them.
+func (w *Own) Resales(mkt string) []api.TradeView {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []api.TradeView
+	for _, oo := range w.own {
+		for _, t := range oo.fills {
+			if t.Reseller != "" && t.Market == mkt && !slices.ContainsFunc(out, func(u api.TradeView) bool { return u.ID == t.ID }) {
+				out = append(out, t)
+			}
+		}
+	}
+	return out
 }
 
 // workloadOf is what the request asks the provider to run.
