@@ -1,6 +1,6 @@
 package p2p
 
-// Resale frames on the lease protocol (ReceiptProtocol); see node/resale.go.
+// Resale frames on the lease protocol (ReceiptProtocol); see node/internal/resale.
 const (
 	// FrameHandover carries a holder's sealed proto.Handover to the
 	// lease's provider, answered by FrameOK with the provider's sealed

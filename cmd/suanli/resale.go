@@ -25,7 +25,7 @@ func wantsResell(args []string) bool {
 }
 
 // cmdAskResell is `ask --resell LEASE --price X`: a resale ask selling the
-// rest of a reserved lease's block, all its GPUs (see node/resale.go).
+// rest of a reserved lease's block, all its GPUs (see node/internal/resale).
 func cmdAskResell(e *env, args []string) error {
 	fs := flag.NewFlagSet("ask --resell", flag.ContinueOnError)
 	var f orderFlags

@@ -336,7 +336,7 @@ func (m *Manager) replayLease(terms *proto.Lease, rec leases.Record) (*Run, erro
 }
 
 // FromFill starts a lease from a fill this node is party to; the
-// lease terms are already stored (trade.go). A fill seen again changes
+// lease terms are already stored (node/internal/trade, maker.go). A fill seen again changes
 // nothing.
 func (m *Manager) FromFill(ev *p2p.BookEvent) {
 	if ev.Lease == nil {
