@@ -71,7 +71,7 @@ func (n *Node) AckPayment(ctx context.Context, req api.PaymentRequest) (_ api.Pa
 	if err := n.putPayment(ack, env); err != nil {
 		return api.PaymentView{}, err
 	}
-	n.creditFreed(buyer) // credit.go
+	n.creditFreed(buyer) // wire_provider.go
 	kind, body, err := p2p.SendReceiptMessage(ctx, n.host, buyer, p2p.FramePayment, env)
 	delivered := err == nil && kind == p2p.FrameOK
 	if !delivered {
