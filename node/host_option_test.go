@@ -3,6 +3,7 @@ package node_test
 import (
 	"crypto/rand"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -48,6 +49,14 @@ func TestWithHost(t *testing.T) {
 	}
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
+	}
+	// The caller's host keeps running: none of the node's protocols may
+	// still be served by a node that closed its store. (The DHT's own
+	// /suanli/kad handler is kad-dht's to manage.)
+	for _, p := range h.Mux().Protocols() {
+		if strings.HasPrefix(string(p), "/suanli/") && !strings.HasPrefix(string(p), "/suanli/kad/") {
+			t.Errorf("after Close the host still serves %s", p)
+		}
 	}
 	if _, err := mn.ConnectPeers(h.ID(), ecdsa.ID()); err != nil {
 		t.Errorf("after Close the caller's host cannot connect: %v", err)

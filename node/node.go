@@ -15,6 +15,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/suanli/suanli/gpu"
@@ -498,8 +499,9 @@ func (n *Node) Close() error {
 		}
 		if n.host != nil {
 			// Stop accepting streams before waiting for the workers.
-			n.host.RemoveStreamHandler(p2p.TradeProtocol)
-			n.host.RemoveStreamHandler(p2p.SyncProtocol)
+			for _, p := range []protocol.ID{p2p.TradeProtocol, p2p.SyncProtocol, p2p.ReconcileProtocol, p2p.AttestProtocol} {
+				n.host.RemoveStreamHandler(p)
+			}
 			if n.leases != nil {
 				n.leases.Stop()
 			}
