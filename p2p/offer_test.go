@@ -644,6 +644,12 @@ func FuzzValidateOffer(f *testing.F) {
 	bad := testOffer(a, 1, t0)
 	bad.Gpus[3].Evidence = &proto.Evidence{Report: []byte{1}, Chain: []uint32{1 << 31}}
 	f.Add(marshalOffer(f, bad))
+	cluster := testOffer(a, 3, t0) // a Slurm cluster's offer: scheduler, nodes, span
+	cluster.Scheduler, cluster.MaxNodes, cluster.Host.SchedulerVersion = "slurm", 2, "22.05.8"
+	for i, g := range cluster.Gpus {
+		g.Node = []string{"gpu-1", "gpu-2"}[i%2]
+	}
+	f.Add(marshalOffer(f, cluster))
 	f.Add([]byte{0xff, 0xff, 0xff})
 	f.Add([]byte{})
 
@@ -661,6 +667,13 @@ func FuzzValidateOffer(f *testing.F) {
 		}
 		if n := len(o.Gpus); n < 1 || n > market.MaxOfferGPUs {
 			t.Fatalf("ValidateOffer accepted %d GPUs", n)
+		}
+		nodes := map[string]bool{}
+		for _, g := range o.Gpus {
+			nodes[g.Node] = true
+		}
+		if o.Scheduler != "" && (nodes[""] || o.MaxNodes < 1 || int(o.MaxNodes) > len(nodes)) || o.Scheduler == "" && (o.MaxNodes != 0 || !nodes[""]) {
+			t.Fatalf("ValidateOffer accepted scheduler %q spanning %d of nodes %v", o.Scheduler, o.MaxNodes, nodes)
 		}
 		if exp := time.UnixMilli(o.ExpiresUnixMs); !exp.After(t0) || exp.Sub(t0) > market.MaxOfferTTL {
 			t.Fatalf("ValidateOffer accepted expiry %s at %s", exp, t0)
