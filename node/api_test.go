@@ -91,9 +91,19 @@ func TestAPI(t *testing.T) {
 				{MaxPrice: "1", Currency: "XXX"},
 				{Sort: "colour"},
 				{MinGPUs: -1},
+				{From: "gossip"},
+				{From: api.OffersFromBook, GPU: "h100"}, // not a full market key
 			} {
 				if _, err := impl.buyer.Offers(ctx, bad); !errors.Is(err, api.ErrBadRequest) {
 					t.Errorf("Offers(%+v) error = %v, want a bad-request error", bad, err)
+				}
+			}
+
+			// Every filter reaches the node over HTTP too: no offer has
+			// 10 000 vCPUs or 10 000 GiB of RAM per GPU.
+			for _, q := range []api.OfferQuery{{GPU: "h100", MinVCPUsPerGPU: 10000}, {GPU: "h100", MinRAMGiBPerGPU: 10000}} {
+				if got, err := impl.buyer.Offers(ctx, q); err != nil || len(got) != 0 {
+					t.Errorf("Offers(%+v) = %d offers, %v; want none", q, len(got), err)
 				}
 			}
 

@@ -53,6 +53,8 @@ func TestUsageErrors(t *testing.T) {
 		{name: "unknown command", args: []string{"frobnicate"}, wantErr: `unknown command "frobnicate"`, global: true},
 		{name: "unknown global flag", args: []string{"--bogus", "id"}, wantErr: "flag provided but not defined: -bogus", global: true},
 		{name: "offers max-price too many decimals", args: []string{"--repo", repo, "offers", "--max-price", "1.23456"}, wantErr: "--max-price"},
+		{name: "offers from nowhere", args: []string{"--repo", repo, "offers", "--from", "gossip"}, wantErr: "--from"},
+		{name: "offers from the book of no market", args: []string{"--repo", repo, "offers", "--from", "book", "--gpu", "h100"}, wantErr: "--from book"},
 		{name: "offers max-price not a number", args: []string{"--repo", repo, "offers", "--max-price", "cheap"}, wantErr: "--max-price"},
 		{name: "offers sort bogus", args: []string{"--repo", repo, "offers", "--sort", "bogus"}, wantErr: `--sort: market: unknown sort "bogus"`},
 		{name: "offers min-gpus negative", args: []string{"--repo", repo, "offers", "--min-gpus", "-1"}, wantErr: "--min-gpus must not be negative"},

@@ -90,6 +90,7 @@ func cmdOffers(e *env, args []string) error {
 	fs.Uint64Var(&q.MinVCPUsPerGPU, "min-vcpus-per-gpu", 0, "at least `N` vCPUs with each GPU")
 	fs.Uint64Var(&q.MinRAMGiBPerGPU, "min-ram-per-gpu", 0, "at least `GIB` of RAM with each GPU")
 	fs.StringVar(&q.Sort, "sort", "price", "sort by price, vram or gpus")
+	fs.StringVar(&q.From, "from", "", "`source`: dht (providers' records), book (the offers behind the open asks of the --gpu market's book: no DHT lookups), or both when empty")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after `duration`")
 	verify := fs.Bool("verify", false, "challenge each provider to attest its GPUs with a fresh nonce (VERIFIED column)")
 	if err := parse(e, fs, args, 0); err != nil {
@@ -108,6 +109,15 @@ func cmdOffers(e *env, args []string) error {
 	}
 	if err := market.SortOffers(nil, q.Sort); err != nil {
 		return fmt.Errorf("%w: --sort: %v", errUsage, err)
+	}
+	switch q.From {
+	case "", api.OffersFromDHT:
+	case api.OffersFromBook:
+		if !market.IsFullMarketKey(q.GPU) {
+			return fmt.Errorf("%w: --from book needs --gpu to be a full market key, like nvidia-h100-sxm5-80gb", errUsage)
+		}
+	default:
+		return fmt.Errorf("%w: --from %q: want dht or book", errUsage, q.From)
 	}
 	c, err := client.Open(e.repo)
 	if err != nil {

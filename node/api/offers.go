@@ -24,7 +24,19 @@ type OfferQuery struct {
 	// MinIsolation keeps offers whose isolation level is at least this
 	// (process, container, container-userns).
 	MinIsolation string `json:"min_isolation,omitempty"`
+	// From says where the offers come from: "" (default) the DHT's
+	// providers of the market, merged with the offers that back the open
+	// asks of a market book this node replicates; "dht" the DHT only;
+	// "book" the book only (OffersFromBook): no DHT value lookup, the node
+	// joins the market's book (GPU must then be a full market key).
+	From string `json:"from,omitempty"`
 }
+
+// Where offers come from (OfferQuery.From).
+const (
+	OffersFromDHT  = "dht"
+	OffersFromBook = "book"
+)
 
 // OfferView is an offer as a buyer sees it. Money is a decimal string beside
 // its currency, never a float.

@@ -150,8 +150,13 @@ func (c *Client) Offers(ctx context.Context, q api.OfferQuery) (v []api.OfferVie
 	if q.CCAttested {
 		p.Set("cc_attested", "true")
 	}
-	if q.MinIsolation != "" {
-		p.Set("min_isolation", q.MinIsolation)
+	set("min_isolation", q.MinIsolation)
+	set("from", q.From)
+	if q.MinVCPUsPerGPU != 0 {
+		p.Set("min_vcpus_per_gpu", strconv.FormatUint(q.MinVCPUsPerGPU, 10))
+	}
+	if q.MinRAMGiBPerGPU != 0 {
+		p.Set("min_ram_gib_per_gpu", strconv.FormatUint(q.MinRAMGiBPerGPU, 10))
 	}
 	err = c.get(ctx, "/offers", p, &v)
 	return v, err

@@ -195,9 +195,19 @@ func offerQueryFromURL(r *http.Request) (api.OfferQuery, error) {
 	q := api.OfferQuery{
 		GPU: v.Get("gpu"), Region: v.Get("region"), MaxPrice: v.Get("max_price"),
 		Currency: v.Get("currency"), Sort: v.Get("sort"), CCAttested: v.Get("cc_attested") == "true",
-		MinIsolation: v.Get("min_isolation"),
+		MinIsolation: v.Get("min_isolation"), From: v.Get("from"),
 	}
 	var err error
+	if s := v.Get("min_vcpus_per_gpu"); s != "" {
+		if q.MinVCPUsPerGPU, err = strconv.ParseUint(s, 10, 32); err != nil {
+			return q, api.BadRequest("min_vcpus_per_gpu: %v", err)
+		}
+	}
+	if s := v.Get("min_ram_gib_per_gpu"); s != "" {
+		if q.MinRAMGiBPerGPU, err = strconv.ParseUint(s, 10, 32); err != nil {
+			return q, api.BadRequest("min_ram_gib_per_gpu: %v", err)
+		}
+	}
 	if s := v.Get("min_gpus"); s != "" {
 		if q.MinGPUs, err = strconv.Atoi(s); err != nil {
 			return q, api.BadRequest("min_gpus: %v", err)
