@@ -137,35 +137,115 @@ func AuthoredBy(ev *p2p.BookEvent, author peer.ID) bool {
 }
 
 // sync asks a few peers that hold the market's book — peers already in
-// its topic, else the market's providers — for its open orders and recent
-// fills, verifying each message as if it had been gossiped. Connecting to
-// them also brings them into the topic's mesh. It reports whether any
-// peer answered.
+// its topic, else the market's providers and the peers whose subscription
+// to the topic arrives meanwhile — for its open orders and recent fills,
+// verifying each message as if it had been gossiped. It asks each peer as
+// soon as it is found, syncPeers of them at most, all at once, and stops
+// looking once that many have been asked: a node that has just connected
+// learns its peers' subscriptions a moment later and need not wait for a
+// whole provider-record lookup. Connecting to providers also brings them
+// into the topic's mesh. It reports whether any peer answered.
 func (b *Books) sync(ctx context.Context, mkt string) (answered bool) {
 	b.mu.Lock()
 	t := b.topics[mkt]
 	b.mu.Unlock()
-	cands := t.ListPeers()
-	if len(cands) < syncPeers && b.cfg.Providers != nil {
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		for _, ai := range b.cfg.Providers(pctx, mkt, 2*syncPeers) {
-			if !slices.Contains(cands, ai.ID) && b.cfg.Host.Connect(pctx, ai) == nil {
-				cands = append(cands, ai.ID)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	initial := t.ListPeers()
+	rand.Shuffle(len(initial), func(i, j int) { initial[i], initial[j] = initial[j], initial[i] })
+	found := make(chan peer.ID, 4*syncPeers)
+	lookedUp := make(chan struct{})
+	if len(initial) < syncPeers && b.cfg.Providers != nil {
+		if evh, err := t.EventHandler(); err == nil {
+			go func() {
+				defer evh.Cancel()
+				for {
+					ev, err := evh.NextPeerEvent(ctx)
+					if err != nil {
+						return
+					}
+					if ev.Type == pubsub.PeerJoin {
+						select {
+						case found <- ev.Peer:
+						case <-ctx.Done():
+							return
+						}
+					}
+				}
+			}()
+		}
+		go func() {
+			defer close(lookedUp)
+			pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+			defer pcancel()
+			for _, ai := range b.cfg.Providers(pctx, mkt, 2*syncPeers) {
+				if slices.Contains(initial, ai.ID) || b.cfg.Host.Connect(pctx, ai) != nil {
+					continue
+				}
+				select {
+				case found <- ai.ID:
+				case <-ctx.Done():
+					return
+				}
 			}
-		}
-		cancel()
+		}()
+	} else {
+		close(lookedUp)
 	}
-	rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-	asked := 0
-	for _, p := range cands {
-		if asked == syncPeers {
-			break
+	// The answers are applied as they come, under the Books' context: one
+	// that comes after sync returned still counts.
+	bg := b.ctx
+	if bg == nil {
+		bg = ctx
+	}
+	results := make(chan bool, syncPeers)
+	seen := map[peer.ID]bool{}
+	asked, pending := 0, 0
+	ask := func(p peer.ID) {
+		if seen[p] || asked == syncPeers {
+			return
 		}
+		seen[p] = true
 		asked++
-		answered = b.syncFrom(ctx, mkt, p) || answered
+		pending++
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			results <- b.syncFrom(bg, mkt, p)
+		}()
+	}
+	for _, p := range initial {
+		ask(p)
+	}
+	start := time.Now()
+	looking := lookedUp
+	var grace <-chan time.Time
+	for pending > 0 || (asked < syncPeers && looking != nil) {
+		select {
+		case ok := <-results:
+			pending--
+			if ok && !answered {
+				// One peer's book is here: wait a little for the others
+				// (they could withhold orders), not for a slow lookup.
+				answered = true
+				grace = time.After(max(syncGrace, 2*time.Since(start)))
+			}
+		case p := <-found:
+			ask(p)
+		case <-looking:
+			looking = nil
+		case <-grace:
+			return answered
+		case <-ctx.Done():
+			return answered
+		}
 	}
 	return answered
 }
+
+// syncGrace is the least time sync waits for more peers' answers after
+// the first (twice the first's time when that is longer).
+const syncGrace = 250 * time.Millisecond
 
 // syncFrom asks one peer for a market's open orders and recent fills and
 // applies what validates.

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,6 +36,9 @@ type netPeer struct {
 type peerOpts struct {
 	dht       bool          // a real DHT (alone: it serves no offer)
 	reconcile time.Duration // ReconcileEvery; 0: never periodically
+	// providers, when set, is the provider-record lookup sync uses.
+	providers func(ctx context.Context, mkt string, max int) []peer.AddrInfo
+	noJoin    bool // the test joins the market itself
 }
 
 // coverCheck is the ask rule the node applies (askFacts), reduced to what
@@ -90,7 +94,7 @@ func newNetPeer(t *testing.T, opts peerOpts) *netPeer {
 	if every == 0 {
 		every = -1
 	}
-	cfg := Config{Host: h, PubSub: ps, Rejects: np.rejects, ReconcileEvery: every, Offers: np.offers, Log: slog.New(slog.DiscardHandler)}
+	cfg := Config{Host: h, PubSub: ps, Rejects: np.rejects, ReconcileEvery: every, Offers: np.offers, Log: slog.New(slog.DiscardHandler), Providers: opts.providers}
 	if np.offers != nil {
 		cfg.Hooks.CheckAsk = coverCheck(np.offers)
 	}
@@ -108,6 +112,9 @@ func newNetPeer(t *testing.T, opts peerOpts) *netPeer {
 		}
 		h.Close()
 	})
+	if opts.noJoin {
+		return np
+	}
 	jctx, jcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer jcancel()
 	if err := np.books.JoinMarket(jctx, mkt); err != nil {
@@ -396,4 +403,83 @@ func TestPeriodicReconcile(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestSyncDoesNotWaitForLookup: a node joining a market with fewer topic
+// peers than it syncs from starts a provider-record lookup, but syncs
+// from each peer as soon as it is found — a topic peer it already has, or
+// one whose subscription arrives during the lookup — and returns with
+// their orders while the lookup is still running (it ends cancelled, not
+// at its own deadline). Without the early return (a sync that waits for
+// the lookup) the lookup ends at its deadline instead.
+func TestSyncDoesNotWaitForLookup(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		connectLate bool // connect to the holder only once the lookup runs
+	}{{"topic peer known", false}, {"topic peer arrives during the lookup", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			holder := newNetPeer(t, peerOpts{})
+			env, ev := holder.sealOrder(t, proto.Side_SIDE_BID, 1, 10_000, 7)
+			holder.publish(t, env, ev, nil)
+			started := make(chan struct{})
+			ended := make(chan error, 1)
+			var once sync.Once
+			lookup := func(ctx context.Context, mkt string, max int) []peer.AddrInfo {
+				first := false
+				once.Do(func() { close(started); first = true })
+				<-ctx.Done() // a lookup that finds nobody before its deadline
+				if first {
+					ended <- ctx.Err()
+				}
+				return nil
+			}
+			joiner := newNetPeer(t, peerOpts{providers: lookup, noJoin: true})
+			if !tc.connectLate {
+				connect(t, joiner, holder)
+				waitUntil(t, "the holder's subscription", func() bool {
+					return len(joiner.h.Network().Peers()) == 1 && subscribed(joiner, holder.h.ID())
+				})
+			} else {
+				go func() {
+					<-started
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					joiner.h.Connect(ctx, peer.AddrInfo{ID: holder.h.ID(), Addrs: holder.h.Addrs()})
+				}()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := joiner.books.JoinMarket(ctx, mkt); err != nil {
+				t.Fatal(err)
+			}
+			if !joiner.books.Holds(mkt, "USD", ev.Order.ID) {
+				t.Error("JoinMarket returned without the holder's order")
+			}
+			select {
+			case err := <-ended:
+				if err != context.Canceled {
+					t.Errorf("the lookup ended with %v, want cancelled by the sync's return", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("the lookup never ended")
+			}
+		})
+	}
+}
+
+// subscribed reports whether p's subscription to the market's topic has
+// reached np.
+func subscribed(np *netPeer, p peer.ID) bool {
+	np.books.mu.Lock()
+	tp := np.books.topics[mkt]
+	np.books.mu.Unlock()
+	if tp == nil {
+		return len(np.books.cfg.PubSub.ListPeers(p2p.BookTopic(mkt))) > 0
+	}
+	for _, q := range tp.ListPeers() {
+		if q == p {
+			return true
+		}
+	}
+	return false
 }
