@@ -193,6 +193,10 @@ func (s *sim) trades(ctx context.Context, net *network, rep *Report, rng *mrand.
 	if full == len(net.nodes) {
 		rep.AskAllSeconds = time.Since(placed).Seconds()
 	}
+	s.log.Info("measure: discovery from the book")
+	if err := s.bookDiscovery(ctx, net, rep, min(cfg.Samples, 20)); err != nil {
+		return err
+	}
 	buyers := net.nodes[net.providers:]
 	samples := min(cfg.Samples, 4*net.providers, len(buyers))
 	order := rng.Perm(len(buyers))

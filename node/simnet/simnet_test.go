@@ -35,7 +35,7 @@ func TestRunSmall(t *testing.T) {
 		t.Errorf("raw kad-dht found every provider in %d of %d lookups", f.FoundAll, samples)
 	}
 	checkFaults(t, rep, samples)
-	for _, name := range []string{MeasureDiscoveryCold, MeasureDiscoveryWarm, MeasurePropagation, MeasureCrossing, MeasureLeaseRunning, MeasureFirstReceipt} {
+	for _, name := range []string{MeasureDiscoveryCold, MeasureDiscoveryWarm, MeasureDiscoveryBook, MeasurePropagation, MeasureCrossing, MeasureLeaseRunning, MeasureFirstReceipt} {
 		m, ok := rep.Measure(name)
 		switch {
 		case !ok:
