@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/suanli/suanli/node/simnet"
@@ -24,6 +26,7 @@ func cmdSimnet(e *env, args []string) error {
 	attack := fs.Bool("attack", false, "after the measures: hostile peers flood the market (valid bids from fresh keys, broken signatures, replays); measure again")
 	fs.Float64Var(&cfg.Attack, "hostile", 0.1, "with --attack: hostile peers as a `share` of the nodes")
 	timeout := fs.Duration("timeout", 30*time.Minute, "fail if the run takes longer than `duration`")
+	memprofile := fs.String("memprofile", "", "write a heap profile to `file` after the core measures (for development)")
 	logLevel := fs.String("log-level", "info", "progress log level on stderr: debug, info, warn or error")
 	if err := parse(e, fs, args, 0); err != nil {
 		return err
@@ -37,6 +40,13 @@ func cmdSimnet(e *env, args []string) error {
 	}
 	if err := cfg.Check(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if *memprofile != "" {
+		cfg.MemProfile = func() {
+			if err := writeHeapProfile(*memprofile); err != nil {
+				cfg.Logger.Error("memprofile", "err", err)
+			}
+		}
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: lvl}))
 	ctx, stop := signalContext()
@@ -54,4 +64,17 @@ func cmdSimnet(e *env, args []string) error {
 	}
 	rep.Print(e.stdout)
 	return nil
+}
+
+// writeHeapProfile writes the heap profile (in-use and allocated) to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

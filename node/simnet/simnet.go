@@ -62,6 +62,10 @@ type Config struct {
 	Attack float64
 	// Dir holds the nodes' repos; empty: a temporary directory, removed.
 	Dir string
+	// MemProfile, when set, is called after the core measures (after a
+	// GC), where the per-node memory is read, for example to write a heap
+	// profile.
+	MemProfile func()
 	// Logger for the harness's progress; default: discard. Nodes log
 	// errors only, to the same handler.
 	Logger *slog.Logger
@@ -266,6 +270,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	runtime.ReadMemStats(&ms)
 	rep.HeapPerNodeMiB = float64(ms.HeapInuse) / float64(cfg.Nodes) / (1 << 20)
 	rep.SysPerNodeMiB = float64(ms.Sys) / float64(cfg.Nodes) / (1 << 20)
+	if cfg.MemProfile != nil {
+		cfg.MemProfile()
+	}
 	if cfg.Attack > 0 {
 		if err := s.attack(ctx, net, rep); err != nil {
 			if ctx.Err() != nil {
@@ -351,6 +358,7 @@ func (s *sim) startNodes(ctx context.Context, dir string) (*network, error) {
 			node.WithAPI(""), node.WithLogger(quiet), node.WithOfferTTL(10 * time.Minute),
 			node.WithBillingInterval(cfg.BillingInterval),
 			node.WithRegion(RegionName(i % cfg.Regions)),
+			node.WithSmallStore(),
 		}
 		var b []string
 		for j, a := range boot {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
 )
 
 // Store is a node's datastore. Its methods are safe for concurrent use.
@@ -38,7 +39,18 @@ type Options struct {
 	// filesystem for a write to go ahead (ErrDiskFull); 0: DefaultMinFree,
 	// negative: no check.
 	MinFree int64
+	// Small sizes Badger for a node that holds little and runs beside
+	// hundreds of others in one process (a simulation): a 1 MiB memtable
+	// (SmallMemTableSize) instead of 8 MiB, a 64 KiB value threshold to
+	// match its smaller batches, no block or index cache and no
+	// compression (whose blocks would need the cache), two compactors.
+	// The store stays on disk and behaves the same; a transaction may
+	// hold less (badger.ErrTxnTooBig past ~150 KiB of small values).
+	Small bool
 }
+
+// SmallMemTableSize is the memtable size of a Small store.
+const SmallMemTableSize = 1 << 20
 
 // ErrNotFound is returned when a key is not stored.
 var ErrNotFound = errors.New("store: not found")
@@ -62,6 +74,19 @@ func Open(dir string, o Options) (*Store, error) {
 		WithNumMemtables(2).
 		WithNumLevelZeroTables(2).
 		WithNumLevelZeroTablesStall(8)
+	if o.Small {
+		// Badger's arena per memtable is the memtable plus a batch
+		// (15%) plus the skiplist nodes of that batch: ~1.3 MiB here,
+		// ~10.4 MiB at the default; the memtable's file is mapped at
+		// the same size.
+		opts = opts.WithMemTableSize(SmallMemTableSize).
+			WithValueThreshold(64 << 10).
+			WithCompression(options.None).
+			WithBlockCacheSize(0).
+			WithIndexCacheSize(0).
+			WithValueLogFileSize(16 << 20).
+			WithNumCompactors(2)
+	}
 	db, err := badger.Open(opts)
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", dir, err)

@@ -132,3 +132,50 @@ func FuzzDecodeCalKey(f *testing.F) {
 		}
 	})
 }
+
+// TestSmallStore: a Small store runs Badger with the small memtable and
+// no caches, and still keeps what it is given across more than a few
+// memtables' worth of writes, values far above its value threshold
+// included, and a reopen.
+func TestSmallStore(t *testing.T) {
+	dir := t.TempDir()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := Open(dir, Options{Logger: quiet, Small: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := s.db.Opts()
+	if o.MemTableSize != SmallMemTableSize || o.BlockCacheSize != 0 || o.IndexCacheSize != 0 {
+		t.Fatalf("small store: memtable %d, block cache %d, index cache %d; want %d, 0, 0",
+			o.MemTableSize, o.BlockCacheSize, o.IndexCacheSize, SmallMemTableSize)
+	}
+	// 4 MiB of log chunks from 1 KiB to 1 MiB: four memtables and more.
+	sizes := []int{1 << 10, 32 << 10, 100 << 10, 1 << 20}
+	var want [][]byte
+	for seq := range uint64(16) {
+		chunk := bytes.Repeat([]byte{byte(seq + 1)}, sizes[seq%4])
+		if err := s.PutLog("l", seq+1, chunk); err != nil {
+			t.Fatalf("PutLog %d (%d bytes): %v", seq+1, len(chunk), err)
+		}
+		want = append(want, chunk)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(dir, Options{Logger: quiet, Small: true}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var got [][]byte
+	if err := s.Logs("l", 0, func(_ uint64, c []byte) bool { got = append(got, c); return true }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("reopened small store holds %d chunks, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Errorf("chunk %d: %d bytes back, want %d bytes of %d", i+1, len(got[i]), len(want[i]), want[i][0])
+		}
+	}
+}
