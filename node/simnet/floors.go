@@ -37,18 +37,16 @@ type Floors struct {
 
 const floorTopic = "/simnet/floor/1"
 
+// runFloors measures the floors on hosts it adds to s's mocknet; it
+// closes its DHTs and gossipsub, the caller the mocknet.
 func (s *sim) runFloors(ctx context.Context) (Floors, error) {
 	cfg := s.cfg
 	var fl Floors
+	// The hosts stay on s's mocknet, which the caller closes.
 	hosts, err := s.addHosts(cfg.Nodes, 2, nil)
 	if err != nil {
 		return fl, err
 	}
-	defer func() {
-		for _, h := range hosts {
-			s.removeHost(h)
-		}
-	}()
 	dhts := make([]*dht.IpfsDHT, len(hosts))
 	for i, h := range hosts {
 		var boot []peer.AddrInfo
