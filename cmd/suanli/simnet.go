@@ -66,15 +66,21 @@ func cmdSimnet(e *env, args []string) error {
 	return nil
 }
 
-// writeHeapProfile writes the heap profile (in-use and allocated) to path.
+// writeHeapProfile writes the heap profile (in-use and allocated) to
+// path and the goroutine profile to path.goroutine.
 func writeHeapProfile(path string) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
+	for name, p := range map[string]string{"heap": path, "goroutine": path + ".goroutine"} {
+		f, err := os.Create(p)
+		if err != nil {
+			return err
+		}
+		if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
 	}
-	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return nil
 }

@@ -19,9 +19,11 @@ import (
 	"syscall"
 	"time"
 
+	coreconnmgr "github.com/libp2p/go-libp2p/core/connmgr"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 	ma "github.com/multiformats/go-multiaddr"
 
@@ -134,6 +136,7 @@ type sim struct {
 	mn     mocknet.Mocknet
 	region map[peer.ID]int
 	live   map[peer.ID]bool // hosts added and not removed
+	all    []*cmHost        // every host added, for close
 	mu     sync.Mutex
 }
 
@@ -192,9 +195,14 @@ func (s *sim) addHost(k crypto.PrivKey, i int, net byte) (host.Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	h, err := s.mn.AddPeer(k, addr)
+	mh, err := s.mn.AddPeer(k, addr)
 	if err != nil {
 		return nil, fmt.Errorf("simnet: add host: %w", err)
+	}
+	h, err := withConnManager(mh)
+	if err != nil {
+		mh.Close()
+		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -207,7 +215,54 @@ func (s *sim) addHost(k crypto.PrivKey, i int, net byte) (host.Host, error) {
 		l.SetOptions(mocknet.LinkOptions{Latency: s.latency(r, s.region[other])})
 	}
 	s.live[h.ID()] = true
+	s.all = append(s.all, h)
 	return h, nil
+}
+
+// ConnLow and ConnHigh are the watermarks of each simulated host's
+// connection manager: a real node's (p2p.HostConfig's defaults).
+const ConnLow, ConnHigh = 64, 192
+
+// cmHost is a mocknet host with a connection manager. Mocknet's hosts
+// have none (every connection stays open until the run ends), so at
+// scale each host would hold a connection, streams and DHT and gossipsub
+// state for most of the network, where a real node trims back to its low
+// watermark, keeping the peers that gossipsub's mesh and the DHT's near
+// buckets protect.
+type cmHost struct {
+	host.Host
+	cm   *connmgr.BasicConnMgr
+	once sync.Once
+}
+
+func withConnManager(h host.Host) (*cmHost, error) {
+	cm, err := connmgr.NewConnManager(ConnLow, ConnHigh)
+	if err != nil {
+		return nil, fmt.Errorf("simnet: connection manager: %w", err)
+	}
+	h.Network().Notify(cm.Notifee())
+	return &cmHost{Host: h, cm: cm}, nil
+}
+
+// ConnManager is the host's connection manager.
+func (h *cmHost) ConnManager() coreconnmgr.ConnManager { return h.cm }
+
+// Close closes the connection manager and the host.
+func (h *cmHost) Close() error {
+	h.once.Do(func() { h.cm.Close() })
+	return h.Host.Close()
+}
+
+// close closes every host added and the mocknet.
+func (s *sim) close() {
+	s.mu.Lock()
+	all := s.all
+	s.all = nil
+	s.mu.Unlock()
+	for _, h := range all {
+		h.once.Do(func() { h.cm.Close() })
+	}
+	s.mn.Close()
 }
 
 // removeHost closes a host and removes its links.
@@ -233,7 +288,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	start := time.Now()
 	s := newSim(cfg)
-	defer s.mn.Close()
+	defer s.close()
 	rep := &Report{Nodes: cfg.Nodes, Regions: cfg.Regions, Providers: cfg.providers(),
 		Intra: cfg.Intra.String(), Inter: cfg.Inter.String(), Samples: cfg.Samples}
 	for r := range cfg.Regions {
@@ -248,7 +303,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	// beside the nodes for the whole run.
 	fs := newSim(cfg)
 	fl, err := fs.runFloors(ctx)
-	fs.mn.Close()
+	fs.close()
 	fs = nil
 	if err != nil {
 		return nil, fmt.Errorf("simnet: floors: %w", err)
