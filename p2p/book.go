@@ -253,10 +253,12 @@ func attachOffer(ev *BookEvent, env []byte, now time.Time) error {
 	if ev.Order.Side != market.Ask {
 		return fmt.Errorf("%w: an offer beside a bid", ErrBookOffer)
 	}
-	o, signer, err := OpenOffer(env, now)
+	oe, err := openOffer(env, now)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrBookOffer, err)
 	}
+	// The interned offer and bytes: one copy however many asks carry it.
+	o, signer, env := oe.offer, oe.signer, oe.env
 	if len(ev.OrderProto.GetResell()) == 0 && signer.String() != ev.Order.Maker {
 		return fmt.Errorf("%w: offer signed by %s beside an ask of %s", ErrBookOffer, signer, ev.Order.Maker)
 	}

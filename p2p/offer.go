@@ -2,6 +2,7 @@ package p2p
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"time"
@@ -54,22 +55,55 @@ func SealOffer(key crypto.PrivKey, o *proto.Offer) ([]byte, error) {
 
 // OpenOffer verifies a sealed offer: size, envelope signature over the very
 // bytes received, signer = provider field, then the market's rules at now.
-// It returns the offer and its signer.
+// It returns the offer and its signer. The offer is shared with every
+// other caller that opened the same bytes (intern.go): do not modify it.
 func OpenOffer(b []byte, now time.Time) (*proto.Offer, peer.ID, error) {
-	o, signer, err := Open[*proto.Offer](b, proto.MaxOfferSize)
+	e, err := openOffer(b, now)
 	if err != nil {
 		return nil, "", err
 	}
-	if !bytes.Equal(o.Provider, []byte(signer)) {
-		return nil, "", fmt.Errorf("%w: provider field is not the signer %s", ErrOfferSigner, signer)
+	return e.offer, e.signer, nil
+}
+
+// openOffer is OpenOffer, interned: an envelope already opened is not
+// verified again, only checked at now.
+func openOffer(b []byte, now time.Time) (*openedOffer, error) {
+	if len(b) > proto.MaxOfferSize {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(b), proto.MaxOfferSize)
+	}
+	key := sha256.Sum256(b)
+	e := internedOffer(key, b)
+	if e == nil {
+		o, signer, err := Open[*proto.Offer](b, proto.MaxOfferSize)
+		if err != nil {
+			return nil, err
+		}
+		e = &openedOffer{env: b, offer: o, signer: signer}
+		if err := checkOffer(e, now); err != nil {
+			return nil, err
+		}
+		return internOffer(key, b, o, signer), nil
+	}
+	if err := checkOffer(e, now); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// checkOffer checks an opened offer against its signer and the market's
+// rules at now.
+func checkOffer(e *openedOffer, now time.Time) error {
+	o := e.offer
+	if !bytes.Equal(o.Provider, []byte(e.signer)) {
+		return fmt.Errorf("%w: provider field is not the signer %s", ErrOfferSigner, e.signer)
 	}
 	if err := market.ValidateOffer(o, now); err != nil {
-		return nil, "", err
+		return err
 	}
 	if _, ok := proto.IsolationLevel_name[int32(o.Isolation)]; !ok {
-		return nil, "", fmt.Errorf("%w: isolation level %d is none of the known levels", market.ErrOfferSchema, o.Isolation)
+		return fmt.Errorf("%w: isolation level %d is none of the known levels", market.ErrOfferSchema, o.Isolation)
 	}
-	return o, signer, nil
+	return nil
 }
 
 // OfferValidator is the DHT record validator of the /suanli-offer/ namespace.
