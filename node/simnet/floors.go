@@ -138,7 +138,7 @@ func (s *sim) runFloors(ctx context.Context) (Floors, error) {
 	}
 	providers := cfg.providers()
 	if err := parallel(providers, 8, func(i int) error {
-		pctx, cancel := context.WithTimeout(ctx, time.Minute)
+		pctx, cancel := context.WithTimeout(ctx, cfg.scaled(time.Minute))
 		defer cancel()
 		return dhts[i].Provide(pctx, key, true)
 	}); err != nil {
@@ -148,7 +148,7 @@ func (s *sim) runFloors(ctx context.Context) (Floors, error) {
 	for k := range cfg.Samples {
 		i := providers + rng.IntN(len(hosts)-providers)
 		_ = k
-		fctx, cancel := context.WithTimeout(ctx, time.Minute)
+		fctx, cancel := context.WithTimeout(ctx, cfg.scaled(time.Minute))
 		t0 := time.Now()
 		n := 0
 		for range dhts[i].FindProvidersAsync(fctx, key, 0) {
@@ -259,15 +259,15 @@ func (s *sim) gossipFloor(ctx context.Context, hosts []host.Host, rng *mrand.Ran
 		}
 	}
 	// Warm up until the mesh carries a message to everyone.
-	if err := waitEvery(ctx, 2*time.Minute, 10*time.Millisecond, func() bool {
-		_, err := publish(rng.IntN(len(hosts)), 3*time.Second)
+	if err := waitEvery(ctx, s.cfg.scaled(2*time.Minute), 10*time.Millisecond, func() bool {
+		_, err := publish(rng.IntN(len(hosts)), s.cfg.scaled(3*time.Second))
 		return err == nil
 	}); err != nil {
 		return Stats{}, fmt.Errorf("gossip floor mesh never formed: %w", err)
 	}
 	var ds []time.Duration
 	for range s.cfg.Samples {
-		d, err := publish(rng.IntN(len(hosts)), 30*time.Second)
+		d, err := publish(rng.IntN(len(hosts)), s.cfg.scaled(30*time.Second))
 		if err != nil {
 			return Stats{}, err
 		}

@@ -121,6 +121,16 @@ func (c *Config) defaults() error {
 
 func (c *Config) providers() int { return int(float64(c.Nodes)*c.ProviderShare + 0.5) }
 
+// scaled is a harness timeout d, stretched for networks above 300 nodes:
+// one process on a few cores runs them all, so a bootstrap, a mesh or a
+// publish takes longer in wall time as the nodes grow.
+func (c *Config) scaled(d time.Duration) time.Duration {
+	if c.Nodes <= 300 {
+		return d
+	}
+	return d * time.Duration(c.Nodes) / 300
+}
+
 // RegionName is the name of region r (0-based).
 func RegionName(r int) string {
 	if r < len(DefaultRegions) {
@@ -480,7 +490,7 @@ func (s *sim) startNodes(ctx context.Context, dir string) (*network, error) {
 	}
 	// Every provider has published its offer.
 	for i := range net.providers {
-		if err := waitFor(ctx, 3*time.Minute, func() bool { return net.nodes[i].Published() != nil }); err != nil {
+		if err := waitFor(ctx, cfg.scaled(3*time.Minute), func() bool { return net.nodes[i].Published() != nil }); err != nil {
 			return net, fmt.Errorf("simnet: provider %d never published its offer: %w", i, err)
 		}
 	}
@@ -490,7 +500,7 @@ func (s *sim) startNodes(ctx context.Context, dir string) (*network, error) {
 	// see the steady state, as the floor's providers (which provide after
 	// the whole DHT is up) do.
 	if err := parallel(net.providers, 8, func(i int) error {
-		pctx, cancel := context.WithTimeout(ctx, time.Minute)
+		pctx, cancel := context.WithTimeout(ctx, cfg.scaled(time.Minute))
 		defer cancel()
 		return net.nodes[i].Publish(pctx)
 	}); err != nil {
