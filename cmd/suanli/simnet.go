@@ -22,6 +22,7 @@ func cmdSimnet(e *env, args []string) error {
 	fs.DurationVar(&cfg.Inter, "inter", 20*time.Millisecond, "one-way latency between regions (at most 40ms)")
 	fs.Float64Var(&cfg.ProviderShare, "providers", 0.25, "share of nodes that are providers, in (0, 1)")
 	fs.IntVar(&cfg.Samples, "samples", 20, "`K` samples per measure")
+	fs.IntVar(&cfg.ConnHigh, "conn-high", simnet.DefaultConnHigh, "each simulated host's connection manager trims above `N` connections, back to N/3 (a real node's: 192)")
 	fs.BoolVar(&cfg.Faults, "faults", false, "after the measures: partition east from west and heal, then churn")
 	attack := fs.Bool("attack", false, "after the measures: hostile peers flood the market (valid bids from fresh keys, broken signatures, replays); measure again")
 	fs.Float64Var(&cfg.Attack, "hostile", 0.1, "with --attack: hostile peers as a `share` of the nodes")

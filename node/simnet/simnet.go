@@ -63,6 +63,12 @@ type Config struct {
 	// flood the market's topic, and measures honest propagation and
 	// crossing again while they do. At most 0.5.
 	Attack float64
+	// ConnHigh is each simulated host's connection manager's high
+	// watermark (it trims back to a third of it). Default DefaultConnHigh,
+	// a real node's; a lower one holds less per node at large sizes
+	// (each connection costs a simulated host ~50 KiB: gossipsub's and
+	// the mocknet's goroutines per stream).
+	ConnHigh int
 	// Dir holds the nodes' repos; empty: a temporary directory, removed.
 	Dir string
 	// MemProfile, when set, is called after the core measures (after a
@@ -99,6 +105,9 @@ func (c *Config) defaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	if c.ConnHigh == 0 {
+		c.ConnHigh = DefaultConnHigh
+	}
 	switch {
 	case c.Nodes < 4 || c.Nodes > 2000:
 		return fmt.Errorf("simnet: %d nodes, want 4..2000", c.Nodes)
@@ -110,6 +119,8 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("simnet: provider share %v, want in (0, 1)", c.ProviderShare)
 	case c.Samples < 1:
 		return fmt.Errorf("simnet: %d samples, want at least 1", c.Samples)
+	case c.ConnHigh < 12:
+		return fmt.Errorf("simnet: connection high watermark %d, want at least 12", c.ConnHigh)
 	case c.Attack < 0 || c.Attack > 0.5:
 		return fmt.Errorf("simnet: attack share %v, want 0..0.5", c.Attack)
 	}
@@ -209,7 +220,7 @@ func (s *sim) addHost(k crypto.PrivKey, i int, net byte) (host.Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("simnet: add host: %w", err)
 	}
-	h, err := withConnManager(mh)
+	h, err := withConnManager(mh, s.cfg.ConnHigh)
 	if err != nil {
 		mh.Close()
 		return nil, err
@@ -229,9 +240,9 @@ func (s *sim) addHost(k crypto.PrivKey, i int, net byte) (host.Host, error) {
 	return h, nil
 }
 
-// ConnLow and ConnHigh are the watermarks of each simulated host's
-// connection manager: a real node's (p2p.HostConfig's defaults).
-const ConnLow, ConnHigh = 64, 192
+// DefaultConnHigh is Config.ConnHigh's default: a real node's high
+// watermark (p2p.HostConfig's default, with its low of 64).
+const DefaultConnHigh = 192
 
 // cmHost is a mocknet host with a connection manager. Mocknet's hosts
 // have none (every connection stays open until the run ends), so at
@@ -245,8 +256,8 @@ type cmHost struct {
 	once sync.Once
 }
 
-func withConnManager(h host.Host) (*cmHost, error) {
-	cm, err := connmgr.NewConnManager(ConnLow, ConnHigh)
+func withConnManager(h host.Host, high int) (*cmHost, error) {
+	cm, err := connmgr.NewConnManager(high/3, high)
 	if err != nil {
 		return nil, fmt.Errorf("simnet: connection manager: %w", err)
 	}

@@ -78,6 +78,7 @@ func TestConfigRefused(t *testing.T) {
 		{Inter: 41 * time.Millisecond},
 		{ProviderShare: 1},
 		{Nodes: 8, Regions: 4, ProviderShare: 0.1},
+		{ConnHigh: 11},
 	} {
 		if _, err := Run(context.Background(), c); err == nil {
 			t.Errorf("Run(%+v) = nil error, want a refusal", c)
