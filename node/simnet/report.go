@@ -95,9 +95,11 @@ type Report struct {
 	SysPerNodeMiB  float64 `json:"sys_per_node_mib"`
 	MaxRSSMiB      float64 `json:"max_rss_mib"`
 	// What per-node memory grows with, read at the same moment: the
-	// goroutines per node (the runtime's count over the nodes) and each
+	// goroutines per node (the runtime's count over the nodes) and their
+	// stacks' memory per node, and each
 	// node's open connections, mean and most.
 	GoroutinesPerNode float64 `json:"goroutines_per_node"`
+	StackPerNodeMiB   float64 `json:"stack_per_node_mib"`
 	ConnsPerNode      float64 `json:"conns_per_node"`
 	ConnsMax          int     `json:"conns_max"`
 	// HostileIDs is how many hostile identities flooded (Config.Attack);
@@ -180,8 +182,8 @@ func (r *Report) Print(w io.Writer) {
 	if r.PartitionCancels > 0 {
 		fmt.Fprintf(w, "partition: %d bids cancelled on one side; (replica, cancelled bid) pairs left after heal: %d\n", r.PartitionCancels, r.CancelledLeft)
 	}
-	fmt.Fprintf(w, "memory: Go heap %.1f MiB per node, runtime total %.1f MiB per node, peak RSS %.0f MiB (%.1f MiB per node); per node %.0f goroutines, %.0f connections (most %d)\n",
-		r.HeapPerNodeMiB, r.SysPerNodeMiB, r.MaxRSSMiB, r.MaxRSSMiB/float64(max(r.Nodes, 1)), r.GoroutinesPerNode, r.ConnsPerNode, r.ConnsMax)
+	fmt.Fprintf(w, "memory: Go heap %.1f MiB per node, runtime total %.1f MiB per node, peak RSS %.0f MiB (%.1f MiB per node); per node %.0f goroutines (stacks %.1f MiB), %.0f connections (most %d)\n",
+		r.HeapPerNodeMiB, r.SysPerNodeMiB, r.MaxRSSMiB, r.MaxRSSMiB/float64(max(r.Nodes, 1)), r.GoroutinesPerNode, r.StackPerNodeMiB, r.ConnsPerNode, r.ConnsMax)
 	if r.FaultsError != "" {
 		fmt.Fprintf(w, "faults stopped early: %s\n", r.FaultsError)
 	}

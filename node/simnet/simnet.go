@@ -358,6 +358,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.HeapPerNodeMiB = float64(ms.HeapInuse) / float64(cfg.Nodes) / (1 << 20)
 	rep.SysPerNodeMiB = float64(ms.Sys) / float64(cfg.Nodes) / (1 << 20)
 	rep.GoroutinesPerNode = float64(runtime.NumGoroutine()) / float64(cfg.Nodes)
+	rep.StackPerNodeMiB = float64(ms.StackInuse) / float64(cfg.Nodes) / (1 << 20)
 	conns := 0
 	for _, h := range net.hosts {
 		c := len(h.Network().Conns())
