@@ -88,6 +88,7 @@ func (s *sim) runFloors(ctx context.Context) (Floors, error) {
 		return fl, fmt.Errorf("dht refresh: %w", err)
 	}
 
+	s.log.Info("floors: DHT refreshed; ping")
 	// RTT per link class.
 	pinger := make([]*ping.PingService, len(hosts))
 	for i, h := range hosts {
@@ -137,6 +138,7 @@ func (s *sim) runFloors(ctx context.Context) (Floors, error) {
 		return fl, err
 	}
 	providers := cfg.providers()
+	s.log.Info("floors: provide and find providers", "providers", providers)
 	if err := parallel(providers, 8, func(i int) error {
 		pctx, cancel := context.WithTimeout(ctx, cfg.scaled(time.Minute))
 		defer cancel()
@@ -163,6 +165,7 @@ func (s *sim) runFloors(ctx context.Context) (Floors, error) {
 	fl.FindProviders = statsOf(finds)
 
 	// Raw gossipsub with one Ed25519 verify per message.
+	s.log.Info("floors: gossipsub")
 	g, err := s.gossipFloor(ctx, hosts, rng)
 	if err != nil {
 		return fl, err
