@@ -315,7 +315,7 @@ func (m *memory[V]) put(h uint64, id string, exp int64, fresh bool) *memRec[V] {
 	}
 	blk := &m.blocks[pos>>memBlockShift]
 	if *blk == nil {
-		*blk = make([]memRec[V], min(memBlock, m.limit-pos))
+		*blk = populate(make([]memRec[V], min(memBlock, m.limit-pos)))
 	}
 	r := &(*blk)[pos&(memBlock-1)]
 	r.id, r.exp = id, exp
