@@ -56,7 +56,14 @@ func SealOffer(key crypto.PrivKey, o *proto.Offer) ([]byte, error) {
 // bytes received, signer = provider field, then the market's rules at now.
 // It returns the offer and its signer.
 func OpenOffer(b []byte, now time.Time) (*proto.Offer, peer.ID, error) {
-	o, signer, err := Open[*proto.Offer](b, proto.MaxOfferSize)
+	return (*Verified)(nil).OpenOffer(b, now)
+}
+
+// OpenOffer is the package's OpenOffer with the signatures v checked
+// before remembered (see Verified): an offer seen before costs a hash and
+// its rules at now, not a verify.
+func (v *Verified) OpenOffer(b []byte, now time.Time) (*proto.Offer, peer.ID, error) {
+	o, signer, err := OpenWith[*proto.Offer](v, b, proto.MaxOfferSize)
 	if err != nil {
 		return nil, "", err
 	}
@@ -79,6 +86,10 @@ type OfferValidator struct {
 	Now func() time.Time
 	// OnReject, when set, is told the reason of every refused record.
 	OnReject func(reason string)
+	// Verified, when set, is the node's cache of checked signatures: a
+	// record validated before (a put of the same offer, the old record
+	// beside a new one in Select) costs a hash.
+	Verified *Verified
 }
 
 var _ record2.Validator = OfferValidator{}
@@ -105,7 +116,7 @@ func (v OfferValidator) open(key string, value []byte) (*proto.Offer, error) {
 	if err != nil {
 		return nil, err
 	}
-	o, signer, err := OpenOffer(value, v.now())
+	o, signer, err := v.Verified.OpenOffer(value, v.now())
 	if err != nil {
 		return nil, err
 	}

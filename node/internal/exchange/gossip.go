@@ -99,7 +99,7 @@ func (b *Books) validator(mkt string) pubsub.ValidatorEx {
 			b.reject("book", "author-rate-limited")
 			return pubsub.ValidationIgnore
 		}
-		ev, err := p2p.DecodeBook(msg.Data, mkt, b.cfg.Now())
+		ev, err := b.cfg.Offers.verified().DecodeBook(msg.Data, mkt, b.cfg.Now())
 		if err != nil {
 			b.reject("book", p2p.BookReason(err))
 			b.cfg.Log.Debug("book message rejected", "market", mkt, "from", from, "err", err)
@@ -281,7 +281,7 @@ func (b *Books) applyItems(ctx context.Context, mkt, kind string, items []*proto
 // changed the replica and were no longer in flight (settled).
 func (b *Books) applyData(ctx context.Context, mkt, kind string, msgs [][]byte) (changed int) {
 	for _, data := range msgs {
-		ev, err := p2p.DecodeBook(data, mkt, b.cfg.Now())
+		ev, err := b.cfg.Offers.verified().DecodeBook(data, mkt, b.cfg.Now())
 		if err != nil {
 			// A fill may outlive the orders it names; anything else
 			// that fails is the peer's fault.
