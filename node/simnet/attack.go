@@ -25,11 +25,14 @@ const (
 
 // Hostile behaviour: each hostile peer publishes attackRate messages a
 // second on the market's topic, in turn a valid bid of its own (far below
-// any ask, so it rests and fills books), a message whose payload does not
-// validate (an order with a broken signature), and a replay of a bid it
-// published before. Each rotates through attackKeys identities, each its
-// own libp2p host (StrictSign: an order's maker must be the host that
-// publishes it), so the flood of valid orders comes from fresh keys.
+// any ask, so it rests and fills books), a valid bid signed by a brand new
+// key (a Sybil: the message is authored and signed by that key, StrictSign
+// holds, and the hostile host is only its first relay), a message whose
+// payload does not validate (an order with a broken signature), and a
+// replay of a bid it published before. Each rotates through attackKeys
+// identities, each its own libp2p host (StrictSign: an order's maker must
+// be the message's author), so the flood of valid orders comes from a few
+// identities with a host each and from a new key per message.
 const (
 	attackRate = 20
 	attackKeys = 3
@@ -41,7 +44,15 @@ type hostile struct {
 	key   crypto.PrivKey
 	id    peer.ID
 	topic *pubsub.Topic
-	sent  [][]byte
+	sent  []sent
+}
+
+// sent is a message a hostile peer published, with the author to replay
+// it as.
+type sent struct {
+	data []byte
+	key  crypto.PrivKey
+	id   peer.ID
 }
 
 // startAttack adds hostile peers (share of the node count, at least one)
@@ -99,26 +110,46 @@ func (s *sim) flood(ctx context.Context, ids []*hostile) {
 		case <-t.C:
 		}
 		h := ids[k%len(ids)]
-		var data []byte
-		switch k % 3 {
+		m := sent{key: h.key, id: h.id}
+		switch k % 4 {
 		case 0:
-			data = orderMsg(hostileBid(h))
-			h.sent = append(h.sent, data)
+			m.data = orderMsg(hostileBid(m.key, m.id))
+			h.sent = append(h.sent, m)
 		case 1:
+			// A Sybil: a key made for this one message.
+			key, _, err := crypto.GenerateEd25519Key(rand.Reader)
+			if err != nil {
+				continue
+			}
+			id, err := peer.IDFromPrivateKey(key)
+			if err != nil {
+				continue
+			}
+			m = sent{key: key, id: id}
+			m.data = orderMsg(hostileBid(key, id))
+			h.sent = append(h.sent, m)
+		case 2:
 			// Break the order's envelope: flip a byte near its end (the
 			// signature).
-			if env := hostileBid(h); env != nil {
+			if env := hostileBid(m.key, m.id); env != nil {
 				env[len(env)-3] ^= 0xff
-				data = orderMsg(env)
+				m.data = orderMsg(env)
 			}
 		default:
 			if len(h.sent) == 0 {
 				continue
 			}
-			data = h.sent[mrand.IntN(len(h.sent))]
+			m = h.sent[mrand.IntN(len(h.sent))]
 		}
-		if data != nil {
-			h.topic.Publish(ctx, data)
+		if len(h.sent) > 1000 {
+			h.sent = h.sent[len(h.sent)-1000:]
+		}
+		if m.data != nil {
+			var opts []pubsub.PubOpt
+			if m.id != h.id {
+				opts = append(opts, pubsub.WithSecretKeyAndPeerId(m.key, m.id))
+			}
+			h.topic.Publish(ctx, m.data, opts...)
 		}
 	}
 }
@@ -135,18 +166,19 @@ func orderMsg(env []byte) []byte {
 	return data
 }
 
-// hostileBid is a valid resting bid of h, sealed, unique by its nonce.
-func hostileBid(h *hostile) []byte {
+// hostileBid is a valid resting bid of the maker id (key's), sealed,
+// unique by its nonce.
+func hostileBid(key crypto.PrivKey, id peer.ID) []byte {
 	now := time.Now()
 	var nonce [8]byte
 	rand.Read(nonce[:])
 	o := &proto.Order{
-		Maker: []byte(h.id), Side: proto.Side_SIDE_BID, Market: Market, Currency: "USD", Quantity: 1,
+		Maker: []byte(id), Side: proto.Side_SIDE_BID, Market: Market, Currency: "USD", Quantity: 1,
 		PriceMicros: 1000 + int64(nonce[0]), LeaseType: proto.LeaseType_LEASE_TYPE_SPOT, DurationS: 3600,
 		CreatedUnixMs: now.UnixMilli(), ExpiresUnixMs: now.Add(10 * time.Minute).UnixMilli(),
 		Nonce: binary.BigEndian.Uint64(nonce[:]),
 	}
-	env, err := p2p.Seal(h.key, o, proto.MaxBookMessageSize)
+	env, err := p2p.Seal(key, o, proto.MaxBookMessageSize)
 	if err != nil {
 		return nil
 	}
@@ -182,7 +214,7 @@ func (s *sim) attack(ctx context.Context, net *network, rep *Report) error {
 		prop = append(prop, d)
 	}
 	rep.add(Measure{Name: MeasureAttackProp, Stats: statsOf(prop), FloorName: "same run, no attack", Floor: base.Stats.P99, Compare: "p99", Goal: 2,
-		Note: fmt.Sprintf("%d hostile identities (%.0f%% of the nodes, %d keys each) flood %d msg/s in all: valid bids, broken signatures, replays", ids, 100*s.cfg.Attack, attackKeys, ids/attackKeys*attackRate)}, false)
+		Note: fmt.Sprintf("%d hostile identities (%.0f%% of the nodes, %d keys each) flood %d msg/s in all: valid bids of their own, valid bids each from a fresh key, broken signatures, replays", ids, 100*s.cfg.Attack, attackKeys, ids/attackKeys*attackRate)}, false)
 	var scratch Report
 	scratch.Floors = rep.Floors
 	if err := s.trades(ctx, net, &scratch, rng); err != nil {
