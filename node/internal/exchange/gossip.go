@@ -110,7 +110,7 @@ func (b *Books) validator(mkt string) pubsub.ValidatorEx {
 			b.cfg.Log.Debug("book message from another author", "market", mkt, "author", author, "kind", ev.Kind)
 			return pubsub.ValidationReject
 		}
-		res := b.check(ctx, ev)
+		res := b.checkFrom(ctx, from, ev)
 		if res == pubsub.ValidationAccept {
 			msg.ValidatorData = ev
 		}
