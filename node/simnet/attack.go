@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	mrand "math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -159,6 +160,23 @@ func (s *sim) flood(ctx context.Context, ids []*hostile) {
 	}
 }
 
+// heldOrders is how many orders each live replica of the market holds,
+// sorted (at least one entry): what a flood has put into the books.
+func (s *sim) heldOrders(net *network) []int {
+	out := []int{0}
+	for _, n := range net.nodes {
+		if n != nil {
+			_, orders, _ := n.BookDigest(Market, "USD")
+			out = append(out, orders)
+		}
+	}
+	if len(out) > 1 {
+		out = out[1:]
+	}
+	slices.Sort(out)
+	return out
+}
+
 // orderMsg is the book message of a sealed order, nil for nil.
 func orderMsg(env []byte) []byte {
 	if env == nil {
@@ -197,6 +215,7 @@ func (s *sim) attack(ctx context.Context, net *network, rep *Report) error {
 	if !ok {
 		return fmt.Errorf("no propagation measure to compare with")
 	}
+	held := s.heldOrders(net)
 	actx, stop := context.WithCancel(ctx)
 	ids, wait, err := s.startAttack(actx, net, s.cfg.Attack)
 	if err != nil {
@@ -218,8 +237,10 @@ func (s *sim) attack(ctx context.Context, net *network, rep *Report) error {
 		}
 		prop = append(prop, d)
 	}
+	during := s.heldOrders(net)
 	rep.add(Measure{Name: MeasureAttackProp, Stats: statsOf(prop), FloorName: "same run, no attack", Floor: base.Stats.P99, Compare: "p99", Goal: 2,
-		Note: fmt.Sprintf("%d hostile identities (%.0f%% of the nodes, %d keys each) flood %d msg/s in all: valid bids of their own, valid bids each from a fresh key, broken signatures, replays", ids, 100*s.cfg.Attack, attackKeys, ids/attackKeys*attackRate)}, false)
+		Note: fmt.Sprintf("%d hostile identities (%.0f%% of the nodes, %d keys each) flood %d msg/s in all: valid bids of their own, valid bids each from a fresh key, broken signatures, replays; orders a replica holds (median, max) before the flood %d, %d, after the samples %d, %d",
+			ids, 100*s.cfg.Attack, attackKeys, ids/attackKeys*attackRate, held[len(held)/2], held[len(held)-1], during[len(during)/2], during[len(during)-1])}, false)
 	var scratch Report
 	scratch.Floors = rep.Floors
 	if err := s.trades(ctx, net, &scratch, rng); err != nil {
