@@ -3,6 +3,9 @@ package exchange
 import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"golang.org/x/time/rate"
+	gproto "google.golang.org/protobuf/proto"
+
+	"github.com/suanli/suanli/proto"
 )
 
 // Admission of new makers: a Sybil with fresh keys gets nothing for free.
@@ -144,28 +147,39 @@ func (a *admission) hasKnown(maker string) bool {
 	return ok
 }
 
+// knownLocked reports whether maker needs no token to be admitted from
+// from (empty: a sync or reconciliation answer). Callers hold b.mu.
+func (b *Books) knownLocked(maker string, from peer.ID) bool {
+	a := b.adm
+	if a.cfg.Off || a.hasKnown(maker) || b.selfMaker(maker) {
+		return true
+	}
+	for _, s := range b.states {
+		if len(s.count[maker]) > 0 {
+			return true
+		}
+	}
+	if from != "" && from.String() == maker {
+		return true
+	}
+	if b.cfg.Host != nil {
+		if id, err := peer.Decode(maker); err == nil && len(b.cfg.Host.Peerstore().Addrs(id)) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // admitLocked decides whether an order of maker, relayed by from (empty
 // for sync and reconciliation answers), may be checked further. It
 // returns the refusal reason, or "" when admitted. Callers hold b.mu.
 func (b *Books) admitLocked(maker string, from peer.ID) string {
 	a := b.adm
-	if a.cfg.Off || a.hasKnown(maker) || b.selfMaker(maker) {
-		return ""
-	}
-	for _, s := range b.states {
-		if len(s.count[maker]) > 0 {
-			return ""
-		}
-	}
-	if from != "" && from.String() == maker {
-		a.remember(maker, false)
-		return ""
-	}
-	if b.cfg.Host != nil {
-		if id, err := peer.Decode(maker); err == nil && len(b.cfg.Host.Peerstore().Addrs(id)) > 0 {
+	if b.knownLocked(maker, from) {
+		if !a.cfg.Off {
 			a.remember(maker, false)
-			return ""
 		}
+		return ""
 	}
 	if from == "" {
 		if !a.sync.Allow() {
@@ -185,6 +199,38 @@ func (b *Books) admitLocked(maker string, from peer.ID) string {
 	}
 	a.remember(maker, false)
 	return ""
+}
+
+// RefuseEarly reports why a gossiped book message authored by author
+// and relayed by from is ignored before its signatures are verified, or
+// "": an order (the only kind whose author is its maker) of a maker
+// admission would refuse now, whatever its content. It spends no token
+// and verifies nothing, so a Sybil's flood past the budgets costs a
+// replica gossipsub's own signature check and a map lookup, not a
+// second verify.
+func (b *Books) RefuseEarly(data []byte, author, from peer.ID) string {
+	b.mu.Lock()
+	refuse := ""
+	if !b.knownLocked(author.String(), from) {
+		a := b.adm
+		if a.all.Tokens() < 1 {
+			refuse = "new-maker-limited"
+		} else if l, ok := a.peers[from]; ok && l.Tokens() < 1 {
+			refuse = "new-maker-peer-limited"
+		}
+	}
+	b.mu.Unlock()
+	if refuse == "" {
+		return ""
+	}
+	var msg proto.BookMessage
+	if gproto.Unmarshal(data, &msg) != nil {
+		return "" // DecodeBook says why
+	}
+	if _, ok := msg.Body.(*proto.BookMessage_Order); !ok {
+		return ""
+	}
+	return refuse
 }
 
 // selfMaker reports whether maker is this node.

@@ -8,6 +8,7 @@ import (
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"golang.org/x/time/rate"
+	gproto "google.golang.org/protobuf/proto"
 
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/p2p"
@@ -121,5 +122,44 @@ func TestNewMakerCap(t *testing.T) {
 	off := New(Config{Now: (&clock{t: t0}).now, Admission: AdmissionConfig{Off: true}})
 	if got := fill(off, "newbie", "n"); got != MaxOrdersPerMaker {
 		t.Fatalf("admission off: a new maker rests %d orders, want %d", got, MaxOrdersPerMaker)
+	}
+}
+
+// TestRefuseEarly: once a budget is spent, a gossiped order of an
+// unknown maker is refused before its signature is checked; a cancel or
+// fill is left to the full validation, a known maker's order is not
+// refused, and nothing is refused while the budgets have tokens
+// (negative control).
+func TestRefuseEarly(t *testing.T) {
+	order, err := gproto.Marshal(&proto.BookMessage{Body: &proto.BookMessage_Order{Order: []byte("sealed")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel, err := gproto.Marshal(&proto.BookMessage{Body: &proto.BookMessage_Cancel{Cancel: []byte("sealed")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := New(Config{Now: (&clock{t: t0}).now, Admission: AdmissionConfig{Rate: slow, Burst: 2, PeerRate: slow, PeerBurst: 1}})
+	if why := b.RefuseEarly(order, "sybil-0", "relay-1"); why != "" {
+		t.Fatalf("with tokens left: refused early (%s)", why)
+	}
+	if b.checkFrom(context.Background(), "relay-1", bid("x0", peer.ID("sybil-0").String())) != pubsub.ValidationAccept {
+		t.Fatal("first new maker of relay-1 not admitted")
+	}
+	if why := b.RefuseEarly(order, "sybil-1", "relay-1"); why != "new-maker-peer-limited" {
+		t.Errorf("relay-1's budget spent: %q, want new-maker-peer-limited", why)
+	}
+	if why := b.RefuseEarly(order, "sybil-1", "relay-2"); why != "" {
+		t.Errorf("another relay with tokens: refused early (%s)", why)
+	}
+	b.checkFrom(context.Background(), "relay-2", bid("x1", peer.ID("sybil-1").String()))
+	if why := b.RefuseEarly(order, "sybil-2", "relay-3"); why != "new-maker-limited" {
+		t.Errorf("replica's budget spent: %q, want new-maker-limited", why)
+	}
+	if why := b.RefuseEarly(cancel, "sybil-2", "relay-3"); why != "" {
+		t.Errorf("a cancel refused early (%s)", why)
+	}
+	if why := b.RefuseEarly(order, "sybil-0", "relay-3"); why != "" {
+		t.Errorf("an admitted maker refused early (%s)", why)
 	}
 }

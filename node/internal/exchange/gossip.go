@@ -99,6 +99,10 @@ func (b *Books) validator(mkt string) pubsub.ValidatorEx {
 			b.reject("book", "author-rate-limited")
 			return pubsub.ValidationIgnore
 		}
+		if why := b.RefuseEarly(msg.Data, author, from); why != "" {
+			b.reject("book", why) // admission.go: before any verify
+			return pubsub.ValidationIgnore
+		}
 		ev, err := p2p.DecodeBook(msg.Data, mkt, b.cfg.Now())
 		if err != nil {
 			b.reject("book", p2p.BookReason(err))
