@@ -99,6 +99,10 @@ func (b *Books) validator(mkt string) pubsub.ValidatorEx {
 			b.reject("book", "author-rate-limited")
 			return pubsub.ValidationIgnore
 		}
+		if why := b.RefuseEarly(msg.Data, author, from); why != "" {
+			b.reject("book", why) // admission.go: before any verify
+			return pubsub.ValidationIgnore
+		}
 		ev, err := b.cfg.Offers.verified().DecodeBook(msg.Data, mkt, b.cfg.Now())
 		if err != nil {
 			b.reject("book", p2p.BookReason(err))
@@ -110,7 +114,7 @@ func (b *Books) validator(mkt string) pubsub.ValidatorEx {
 			b.cfg.Log.Debug("book message from another author", "market", mkt, "author", author, "kind", ev.Kind)
 			return pubsub.ValidationReject
 		}
-		res := b.check(ctx, ev)
+		res := b.checkFrom(ctx, from, ev)
 		if res == pubsub.ValidationAccept {
 			msg.ValidatorData = ev
 		}
