@@ -108,7 +108,7 @@ type Book struct {
 	expiry     []expItem            // min-heap by (exp, seq); stale items are skipped
 	seq        uint64
 
-	tombs memory[tomb]     // dead orders, and fills seen before their order
+	tombs memory[tombKeys] // dead orders, and fills seen before their order
 	fills memory[struct{}] // applied fill IDs
 
 	last    Fill // the latest applied fill by (Time, ID)
@@ -187,6 +187,19 @@ type tomb struct {
 	key    string // the dead order's client key
 }
 
+// tombKeys is what a dead order's record keeps besides the fields every
+// record has room for (state, side, filled: see memRec).
+type tombKeys struct {
+	maker string
+	key   string
+}
+
+// setTomb stores t in r.
+func setTomb(r *memRec[tombKeys], t tomb) {
+	r.state, r.side, r.filled = t.state, t.side, t.filled
+	r.v = tombKeys{maker: t.maker, key: t.key}
+}
+
 // NewBook returns an empty book for market (a market key) priced in currency.
 func NewBook(market, currency string, opts ...BookOption) (*Book, error) {
 	if !ValidMarketKey(market) {
@@ -209,8 +222,8 @@ func NewBook(market, currency string, opts ...BookOption) (*Book, error) {
 			return nil, err
 		}
 	}
-	b.tombs = newMemory(b.limit, func(r *memRec[tomb]) { b.dropKey(r.v.maker, r.v.key, r.id) })
-	b.fills = newMemory[struct{}](b.limit, nil)
+	b.tombs = newMemory(b.limit, b.hash, func(r *memRec[tombKeys]) { b.dropKey(r.v.maker, r.v.key, r.id) })
+	b.fills = newMemory[struct{}](b.limit, b.hash, nil)
 	return b, nil
 }
 
@@ -289,7 +302,7 @@ func (b *Book) early(o *Order) uint64 {
 // prior returns what of o (handle h) is already filled by fills seen before
 // it, and ErrDuplicate if the book holds it or remembers it as dead. rec is
 // the memory's record of o's ID, nil if it has none (expired or not).
-func (b *Book) prior(o *Order, h uint64) (filled uint32, rec *memRec[tomb], err error) {
+func (b *Book) prior(o *Order, h uint64) (filled uint32, rec *memRec[tombKeys], err error) {
 	if b.orders.get(h, o.ID) != nil {
 		return 0, nil, ErrDuplicate
 	}
@@ -297,11 +310,11 @@ func (b *Book) prior(o *Order, h uint64) (filled uint32, rec *memRec[tomb], err 
 	if !live {
 		return 0, rec, nil
 	}
-	if rec.v.state != tombEarly {
+	if rec.state != tombEarly {
 		return 0, rec, ErrDuplicate
 	}
-	if rec.v.side == o.Side && rec.v.maker == o.Maker {
-		return rec.v.filled, rec, nil
+	if rec.side == o.Side && rec.v.maker == o.Maker {
+		return rec.filled, rec, nil
 	}
 	return 0, rec, nil
 }
@@ -519,7 +532,7 @@ func (b *Book) remove(e *entry) {
 // kill removes e and remembers its ID (and client key) until its expiry.
 func (b *Book) kill(e *entry, state tombState) {
 	r := b.tombs.put(e.h, e.o.ID, e.exp, !e.tombed)
-	r.v = tomb{state: state, side: e.o.Side, maker: e.o.Maker, key: e.o.ClientKey}
+	setTomb(r, tomb{state: state, side: e.o.Side, maker: e.o.Maker, key: e.o.ClientKey})
 	if e.o.ClientKey != "" {
 		b.keys[clientKey{e.o.Maker, e.o.ClientKey}] = e.o.ID
 	}
@@ -529,7 +542,7 @@ func (b *Book) kill(e *entry, state tombState) {
 // bury remembers a dead order (handle h) until exp; fresh says the memory
 // holds no record of it.
 func (b *Book) bury(id string, h uint64, exp int64, fresh bool, t tomb) {
-	b.tombs.put(h, id, exp, fresh).v = t
+	setTomb(b.tombs.put(h, id, exp, fresh), t)
 	if t.key != "" {
 		b.keys[clientKey{t.maker, t.key}] = id
 	}

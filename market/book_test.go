@@ -170,17 +170,21 @@ func (m *memory[V]) check(hash func(string) uint64) error {
 	mask := uint32(len(m.buckets) - 1)
 	for seq := m.head; seq != m.tail; seq++ {
 		rec := m.rec(seq)
-		if rec.dead {
+		if rec.dead() {
+			if rec.link != linkDead {
+				return fmt.Errorf("deleted record %q: link %#x", rec.id, rec.link)
+			}
 			gone++
 			continue
 		}
 		live++
-		i, j, got := m.find(rec.h, rec.id)
-		if rec.h != hash(rec.id) || i < 0 || got != seq {
+		h := hash(rec.id)
+		i, j, got := m.find(h, rec.id)
+		if i < 0 || got != seq {
 			return fmt.Errorf("record %q not indexed", rec.id)
 		}
-		if dist := (uint32(i) - slotTag(rec.h)) & mask; dist != rec.dist || uint32(m.buckets[i].s[j]>>32) != slotTag(rec.h) {
-			return fmt.Errorf("record %q indexed %d buckets from home, says %d", rec.id, dist, rec.dist)
+		if dist := (uint32(i) - slotTag(h)) & mask; min(dist, distFar) != rec.dist() || uint32(m.buckets[i].s[j]>>32) != slotTag(h) {
+			return fmt.Errorf("record %q indexed %d buckets from home, says %d", rec.id, dist, rec.dist())
 		}
 	}
 	slots := 0
@@ -195,7 +199,7 @@ func (m *memory[V]) check(hash func(string) uint64) error {
 				continue
 			}
 			slots++
-			if r := m.rec(seq); r.dead || slotTag(r.h) != uint32(s>>32) {
+			if r := m.rec(seq); r.dead() || slotTag(hash(r.id)) != uint32(s>>32) {
 				return fmt.Errorf("bucket %d: a live slot names record %q, deleted or another handle's", i, r.id)
 			}
 			for k := uint32(s>>32) & mask; k != uint32(i); k = (k + 1) & mask {
@@ -893,11 +897,17 @@ func TestReplayMemory(t *testing.T) {
 		dead bool
 	}
 	seed := maphash.MakeSeed()
+	defer func(far uint32) { distFar = far }(distFar)
 	for _, tc := range []struct {
 		limit int
 		tags  uint64 // distinct tags among handles; 0: all the hash gives
-	}{{1, 0}, {3, 0}, {64, 0}, {100, 0}, {1000, 0}, {100, 3}, {1000, 5}, {1000, 40}} {
+		far   uint32 // distFar, lowered so that far records are searched for; 0: the default
+	}{{1, 0, 0}, {3, 0, 0}, {64, 0, 0}, {100, 0, 0}, {1000, 0, 0}, {100, 3, 0}, {1000, 5, 0}, {1000, 40, 0}, {1000, 5, 1}, {1000, 40, 2}, {100, 3, 3}} {
 		limit := tc.limit
+		distFar = linkDead - 1
+		if tc.far > 0 {
+			distFar = tc.far
+		}
 		// With few tags, many IDs share a home bucket: buckets fill up
 		// and slots are stored past them.
 		hash := func(id string) uint64 {
@@ -909,7 +919,7 @@ func TestReplayMemory(t *testing.T) {
 		}
 		rng := rand.New(rand.NewPCG(3, uint64(limit)+tc.tags<<32))
 		var dropped []string
-		m := newMemory(limit, func(r *memRec[int]) { dropped = append(dropped, r.id) })
+		m := newMemory(limit, hash, func(r *memRec[int]) { dropped = append(dropped, r.id) })
 		var model []rec
 		swept := int64(minTime)
 		lookup := func(id string) (rec, bool) {

@@ -50,3 +50,24 @@ func TestHugeSlice(t *testing.T) {
 		check("hugeSlice[24 bytes]", n, odd)
 	}
 }
+
+// TestPopulate checks that backing a ring block up front changes none of
+// its bytes: a fresh block stays zero, a written one keeps what it holds,
+// at, below and past the size populate acts on.
+func TestPopulate(t *testing.T) {
+	for _, n := range []int{1, populateMin/32 - 1, populateMin / 32, 4096, 4097} {
+		s := populate(make([]memRec[struct{}], n))
+		for i := range s {
+			if s[i] != (memRec[struct{}]{}) {
+				t.Fatalf("populate(%d): record %d not zero", n, i)
+			}
+			s[i].exp = int64(i) + 1
+		}
+		populate(s)
+		for i := range s {
+			if s[i].exp != int64(i)+1 {
+				t.Fatalf("populate(%d): record %d changed to %d", n, i, s[i].exp)
+			}
+		}
+	}
+}

@@ -1,6 +1,9 @@
 package market
 
-import "hash/maphash"
+import (
+	"hash/maphash"
+	"slices"
+)
 
 // Order and fill IDs are CID strings on the wire; inside a Book each is
 // hashed once, at the edge, to a 64-bit handle, and the book's tables are
@@ -126,12 +129,13 @@ func (t *liveTable) del(h uint64, e *entry) {
 // steady state.
 type memory[V any] struct {
 	limit      int
-	onDrop     func(*memRec[V]) // called with each record dropped that was not deleted
-	blocks     [][]memRec[V]    // the ring (limit records), allocated as used
-	head, tail uint64           // arrival numbers: oldest held, next
-	hpos, tpos int              // their positions in the ring
-	live, gone int              // records held and not deleted; deleted ones still in the ring
-	swept      int64            // records with exp <= swept are forgotten
+	hash       func(string) uint64 // an ID's handle: for the records stored past home
+	onDrop     func(*memRec[V])    // called with each record dropped that was not deleted
+	blocks     [][]memRec[V]       // the ring (limit records), allocated as used
+	head, tail uint64              // arrival numbers: oldest held, next
+	hpos, tpos int                 // their positions in the ring
+	live, gone int                 // records held and not deleted; deleted ones still in the ring
+	swept      int64               // records with exp <= swept are forgotten
 
 	buckets []memBucket // a power of two of them, or none yet
 	clean   int         // the next bucket to clear of stale slots
@@ -157,14 +161,36 @@ const memSlots = 7
 // after a doubling (2.5 of 7) hardly any.
 const memLoad = 5
 
+// memRec is one record of the ring: 32 bytes plus V (64 for a dead
+// order, 32 for a fill), so fewer fresh pages and lines to write per ID.
+// It keeps no handle: a hit is confirmed by the ID itself, and the few
+// records stored past their home bucket hash their ID again when dropped.
+// state, side and filled are the dead-order memory's (see tomb); in the
+// fill memory they stay zero, filling what would be padding.
 type memRec[V any] struct {
-	id   string
-	h    uint64
-	exp  int64
-	v    V
-	dist uint32 // how many buckets past its home the record's slot is
-	dead bool   // deleted (or replaced): kept in the ring until it reaches the head
+	v      V // first: a zero-size V at the end would be padded
+	id     string
+	exp    int64
+	link   uint16 // buckets between home and slot (saturating at distFar), | linkDead once deleted
+	state  tombState
+	side   Side
+	filled uint32
 }
+
+const linkDead = 1 << 15
+
+// distFar is the most buckets past its home a record notes; a record
+// stored farther notes distFar and its slot is searched for when it is
+// dropped. A variable only so that TestReplayMemory can lower it.
+var distFar uint32 = linkDead - 1
+
+func (r *memRec[V]) dead() bool { return r.link&linkDead != 0 }
+
+// dist is how many buckets past its home r's slot is, or distFar.
+func (r *memRec[V]) dist() uint32 { return uint32(r.link &^ linkDead) }
+
+// setDist notes a live record's distance from home.
+func (r *memRec[V]) setDist(d uint32) { r.link = uint16(min(d, distFar)) }
 
 const (
 	memBlockShift = 12
@@ -178,8 +204,8 @@ const (
 	cleanCycle = 1 << 30
 )
 
-func newMemory[V any](limit int, onDrop func(*memRec[V])) memory[V] {
-	return memory[V]{limit: limit, onDrop: onDrop, swept: minTime, blocks: make([][]memRec[V], (limit+memBlock-1)/memBlock)}
+func newMemory[V any](limit int, hash func(string) uint64, onDrop func(*memRec[V])) memory[V] {
+	return memory[V]{limit: limit, hash: hash, onDrop: onDrop, swept: minTime, blocks: make([][]memRec[V], (limit+memBlock-1)/memBlock)}
 }
 
 func slotTag(h uint64) uint32 { return uint32(h>>32) | 1<<31 }
@@ -211,7 +237,7 @@ func (m *memory[V]) find(h uint64, id string) (int, int, uint64) {
 				continue
 			}
 			if seq, ok := m.seqOf(s); ok {
-				if r := m.rec(seq); r.h == h && !r.dead && r.id == id {
+				if r := m.rec(seq); !r.dead() && r.id == id {
 					return int(i), j, seq
 				}
 			}
@@ -243,22 +269,31 @@ func (m *memory[V]) lookup(h uint64, id string) (*memRec[V], bool) {
 func (m *memory[V]) del(h uint64, id string) {
 	if i, j, seq := m.find(h, id); i >= 0 {
 		r := m.rec(seq)
+		m.unpass(r, seq) // first: a far record's slot is searched for
 		m.buckets[i].s[j] = 0
-		m.unpass(r)
-		r.dead = true
+		r.link = linkDead
 		m.live--
 		m.gone++
 	}
 }
 
-// unpass takes r's slot off the counts of the buckets it passed.
-func (m *memory[V]) unpass(r *memRec[V]) {
-	if r.dist == 0 {
+// unpass takes r's slot (record seq) off the counts of the buckets it
+// passed.
+func (m *memory[V]) unpass(r *memRec[V], seq uint64) {
+	d := r.dist()
+	if d == 0 {
 		return
 	}
+	tag := slotTag(m.hash(r.id))
 	mask := uint32(len(m.buckets) - 1)
-	i := slotTag(r.h) & mask
-	for range r.dist {
+	i := tag & mask
+	if d == distFar {
+		// Farther than the record notes: find its slot.
+		word := uint64(tag)<<32 | uint64(uint32(seq))
+		for d = 0; !slices.Contains(m.buckets[(i+d)&mask].s[:], word); d++ {
+		}
+	}
+	for range d {
 		m.buckets[i].passed--
 		i = (i + 1) & mask
 	}
@@ -280,21 +315,36 @@ func (m *memory[V]) put(h uint64, id string, exp int64, fresh bool) *memRec[V] {
 	}
 	blk := &m.blocks[pos>>memBlockShift]
 	if *blk == nil {
-		*blk = make([]memRec[V], min(memBlock, m.limit-pos))
+		*blk = populate(make([]memRec[V], min(memBlock, m.limit-pos)))
 	}
 	r := &(*blk)[pos&(memBlock-1)]
-	r.id, r.h, r.exp = id, h, exp
+	r.id, r.exp = id, exp
 	seq := m.tail
 	m.tail++
 	m.live++
 	if m.live > memLoad*len(m.buckets) {
-		m.resize(max(8, 2*len(m.buckets)))
+		m.resize(m.grown())
 	}
-	r.dist = m.index(h, seq)
+	r.setDist(m.index(h, seq))
 	if m.tail&m.cleanMask == 0 {
 		m.cleanBucket()
 	}
 	return r
+}
+
+// grown is the index's next size: four times the present one, but no
+// more than the limit can ever need. A resize moves every live slot into
+// a new index, fresh memory: growing in fewer, larger steps moves a third
+// fewer slots and allocates a third less on the way to the cap (1 1/3
+// times the final index, against twice it when doubling), at the cost of
+// an index up to four times larger than its load needs (never more than
+// the cap's) between steps.
+func (m *memory[V]) grown() int {
+	most := 8
+	for memLoad*most < m.limit {
+		most *= 2
+	}
+	return max(min(4*len(m.buckets), most), 2*len(m.buckets), 8)
 }
 
 // cleanBucket empties the stale slots of the cleaner's next bucket.
@@ -317,11 +367,11 @@ func (m *memory[V]) popHead() {
 		m.hpos = 0
 	}
 	m.head++
-	if r.dead {
+	if r.dead() {
 		m.gone--
 	} else {
 		m.live--
-		m.unpass(r)
+		m.unpass(r, m.head-1)
 		if m.onDrop != nil {
 			m.onDrop(r)
 		}
@@ -334,7 +384,7 @@ func (m *memory[V]) popHead() {
 func (m *memory[V]) sweep(now int64) {
 	m.swept = max(m.swept, now)
 	for m.head != m.tail {
-		if r := m.rec(m.head); !r.dead && r.exp > m.swept {
+		if r := m.rec(m.head); !r.dead() && r.exp > m.swept {
 			return
 		}
 		m.popHead()
@@ -401,7 +451,7 @@ func (m *memory[V]) resize(n int) {
 			// record itself is read only if its distance changed.
 			was := (uint32(i) - uint32(s>>32)) & oldMask
 			if dist := m.index(s&^0xffffffff, seq); dist != was {
-				m.rec(seq).dist = dist
+				m.rec(seq).setDist(dist)
 			}
 		}
 	}

@@ -87,14 +87,14 @@ func (b *Book) MatchAppend(dst []Match, o *Order, now time.Time) ([]Match, error
 		if e := b.orders.get(h, o.ID); e != nil {
 			want = e.remaining
 		} else if rec, ok := b.tombs.get(h, o.ID); ok {
-			if rec.v.state != tombEarly {
+			if rec.state != tombEarly {
 				return dst, ErrDuplicate
 			}
-			if rec.v.side == o.Side && rec.v.maker == o.Maker {
-				if rec.v.filled >= want {
+			if rec.side == o.Side && rec.v.maker == o.Maker {
+				if rec.filled >= want {
 					return dst, ErrDuplicate
 				}
-				want -= rec.v.filled
+				want -= rec.filled
 			}
 		}
 	}
@@ -396,9 +396,9 @@ func (b *Book) checkLeg(e *entry, h uint64, id string, side Side, maker string, 
 	if !ok {
 		return nil
 	}
-	t := &rec.v
-	if t.side != side || t.maker != maker {
-		return fmt.Errorf("%w: order %s is %s's %s", ErrBadFill, id, t.maker, t.side)
+	t := rec
+	if t.side != side || t.v.maker != maker {
+		return fmt.Errorf("%w: order %s is %s's %s", ErrBadFill, id, t.v.maker, t.side)
 	}
 	switch t.state {
 	case tombFilled:
@@ -417,11 +417,11 @@ func (b *Book) applyLeg(e *entry, h uint64, id string, side Side, maker string, 
 		return
 	}
 	rec, ok := b.tombs.get(h, id)
-	if ok && rec.v.state != tombEarly {
+	if ok && rec.state != tombEarly {
 		return // cancelled: the print stands, the book has nothing to reduce
 	}
 	if ok {
-		rec.v.filled += f.Quantity
+		rec.filled += f.Quantity
 		return
 	}
 	b.bury(id, h, f.Time.UnixNano()+int64(fillMemory), false, tomb{state: tombEarly, side: side, maker: maker, filled: f.Quantity})

@@ -288,6 +288,7 @@ type Node struct {
 	ps              *pubsub.PubSub
 	books           *exchange.Books // the market replicas and their gossip (book.go)
 	offers          *exchange.Offers
+	verified        *p2p.Verified // the signatures this node checked (p2p.Verified)
 	billingInterval time.Duration
 	trade           *trade.Trader        // the take protocol, as taker and maker (wire_trade.go)
 	resale          *resale.Manager      // resales of reserved time (wire_trade.go)
@@ -416,7 +417,8 @@ func New(opts ...Option) (_ *Node, err error) {
 	} else if n.host, err = p2p.NewHost(p2p.HostConfig{Key: n.key, Listen: listen, Registerer: n.metrics.Reg}); err != nil {
 		return nil, err
 	}
-	validator := p2p.OfferValidator{Now: n.now, OnReject: func(reason string) {
+	n.verified = p2p.NewVerified(p2p.DefaultVerifiedEntries)
+	validator := p2p.OfferValidator{Now: n.now, Verified: n.verified, OnReject: func(reason string) {
 		n.metrics.Rejects.WithLabelValues("offer", reason).Inc()
 	}}
 	if n.dht, err = p2p.NewDHT(p2p.DHTConfig{Host: n.host, Validator: validator, Client: o.client, Bootstrap: peers}); err != nil {
@@ -427,7 +429,7 @@ func New(opts ...Option) (_ *Node, err error) {
 
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.offers = exchange.NewOffers(n.ctx, exchange.OffersConfig{
-		DHT: n.dht, Store: n.store, Self: n.host.ID(), Published: n.Published, Now: n.now, Log: n.log, Found: n.metrics.Found,
+		DHT: n.dht, Store: n.store, Self: n.host.ID(), Published: n.Published, Now: n.now, Log: n.log, Found: n.metrics.Found, Verified: n.verified,
 	})
 	if n.ps, err = p2p.NewPubSub(n.ctx, n.host); err != nil {
 		return nil, err

@@ -23,7 +23,7 @@ import (
 func (n *Node) newTrader() *trade.Trader {
 	return trade.New(trade.Config{
 		Host: n.host, Key: n.key, Store: n.store, Books: n.books, Inflight: &n.inflight, Now: n.now, Log: n.log,
-		Rejects: n.metrics.Rejects, Node: tradeNode{n},
+		Rejects: n.metrics.Rejects, Verified: n.verified, Node: tradeNode{n},
 		BillingInterval: n.billingInterval, PreemptNotice: n.preemptNotice, ChargeIncrement: n.chargeIncrement,
 		Schedule: n.schedule, ScheduleOffset: n.scheduleOffset, PreemptMargin: n.preemptMargin,
 	})

@@ -48,6 +48,7 @@ func NewPubSub(ctx context.Context, h host.Host) (*pubsub.PubSub, error) {
 			return string(sum[:])
 		}),
 		pubsub.WithPeerScore(params, thresholds),
+		pubsub.WithGossipSubParams(BookGossipParams()),
 		pubsub.WithMaxMessageSize(MaxBookGossipSize+4096),
 		// Orders arrive in bursts when a market opens; validation costs one
 		// Ed25519 verify (~85 µs), so a deep queue is cheap and dropping
@@ -58,6 +59,22 @@ func NewPubSub(ctx context.Context, h host.Host) (*pubsub.PubSub, error) {
 		return nil, fmt.Errorf("p2p: gossipsub: %w", err)
 	}
 	return ps, nil
+}
+
+// BookGossipParams are gossipsub's defaults but for the gossip of IHAVEs:
+// each heartbeat a node advertises the messages of the last heartbeats to
+// Dlazy (6) peers outside its mesh, not to a quarter of them. Delivery is
+// the mesh's (each message is pushed to D peers, 6 to 12); IHAVE gossip
+// only repairs what a mesh lost, and 6 peers a heartbeat do that. A
+// quarter of the peers grows with the network: at 300 nodes, each fill or
+// order made every node send ~70 IHAVEs a heartbeat for three heartbeats,
+// ~60 000 control messages the network over, most of them for a message
+// every receiver already had, and each one handled by the receiver's
+// pubsub loop (the CPU a market's trades then waited for).
+func BookGossipParams() pubsub.GossipSubParams {
+	p := pubsub.DefaultGossipSubParams()
+	p.GossipFactor = 0
+	return p
 }
 
 // BookScoreParams are gossipsub's peer-scoring parameters for book topics.
@@ -178,6 +195,12 @@ type BookEvent struct {
 // the future and at most 24 h ahead, price and quantity bounds). It does not
 // look at any state; the replica then checks duplicates and offers.
 func DecodeBook(data []byte, mkt string, now time.Time) (*BookEvent, error) {
+	return (*Verified)(nil).DecodeBook(data, mkt, now)
+}
+
+// DecodeBook is the package's DecodeBook with the signatures v checked
+// before remembered (see Verified).
+func (v *Verified) DecodeBook(data []byte, mkt string, now time.Time) (*BookEvent, error) {
 	if len(data) > MaxBookGossipSize {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), MaxBookGossipSize)
 	}
@@ -187,7 +210,7 @@ func DecodeBook(data []byte, mkt string, now time.Time) (*BookEvent, error) {
 	}
 	switch body := msg.Body.(type) {
 	case *proto.BookMessage_Order:
-		o, po, err := OpenOrder(body.Order, now)
+		o, po, err := v.OpenOrder(body.Order, now)
 		if err != nil {
 			return nil, err
 		}
@@ -199,13 +222,13 @@ func DecodeBook(data []byte, mkt string, now time.Time) (*BookEvent, error) {
 			return nil, fmt.Errorf("%w: an order with a cancelled order beside it", ErrBookSchema)
 		}
 		if len(msg.Offer) > 0 {
-			if err := attachOffer(ev, msg.Offer, now); err != nil {
+			if err := v.attachOffer(ev, msg.Offer, now); err != nil {
 				return nil, err
 			}
 		}
 		return ev, nil
 	case *proto.BookMessage_Cancel:
-		c, signer, err := Open[*proto.Cancel](body.Cancel, proto.MaxBookMessageSize)
+		c, signer, err := OpenWith[*proto.Cancel](v, body.Cancel, proto.MaxBookMessageSize)
 		if err != nil {
 			return nil, err
 		}
@@ -223,7 +246,7 @@ func DecodeBook(data []byte, mkt string, now time.Time) (*BookEvent, error) {
 		}
 		ev := &BookEvent{Kind: KindCancel, Cancel: c, Envelope: body.Cancel}
 		if len(msg.CancelledOrder) > 0 {
-			o, err := cancelledOrder(msg.CancelledOrder, c, signer)
+			o, err := v.cancelledOrder(msg.CancelledOrder, c, signer)
 			if err != nil {
 				return nil, err
 			}
@@ -234,7 +257,7 @@ func DecodeBook(data []byte, mkt string, now time.Time) (*BookEvent, error) {
 		if len(msg.Offer) > 0 || len(msg.CancelledOrder) > 0 {
 			return nil, fmt.Errorf("%w: a fill with an offer or order beside it", ErrBookSchema)
 		}
-		ev, err := OpenFill(body.Fill, now)
+		ev, err := v.OpenFill(body.Fill, now)
 		if err != nil {
 			return nil, err
 		}
@@ -249,11 +272,11 @@ func DecodeBook(data []byte, mkt string, now time.Time) (*BookEvent, error) {
 // attachOffer verifies the offer that travelled beside the ask of ev and
 // records it there: a valid sealed offer (OpenOffer at now) signed by the
 // ask's maker, or by anyone for a resale ask.
-func attachOffer(ev *BookEvent, env []byte, now time.Time) error {
+func (v *Verified) attachOffer(ev *BookEvent, env []byte, now time.Time) error {
 	if ev.Order.Side != market.Ask {
 		return fmt.Errorf("%w: an offer beside a bid", ErrBookOffer)
 	}
-	oe, err := openOffer(env, now)
+	oe, err := v.openOffer(env, now)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrBookOffer, err)
 	}
@@ -269,8 +292,8 @@ func attachOffer(ev *BookEvent, env []byte, now time.Time) error {
 // cancelledOrder verifies the order that travelled beside cancel c signed
 // by signer: signed by the same maker, and the very order c names. Its
 // expiry is not checked: a cancel outlives nothing but its order.
-func cancelledOrder(env []byte, c *proto.Cancel, signer peer.ID) (*market.Order, error) {
-	po, osigner, err := Open[*proto.Order](env, proto.MaxBookMessageSize)
+func (v *Verified) cancelledOrder(env []byte, c *proto.Cancel, signer peer.ID) (*market.Order, error) {
+	po, osigner, err := OpenWith[*proto.Order](v, env, proto.MaxBookMessageSize)
 	if err != nil {
 		return nil, fmt.Errorf("%w: cancelled order: %w", ErrBookOffer, err)
 	}
@@ -292,7 +315,13 @@ func cancelledOrder(env []byte, c *proto.Cancel, signer peer.ID) (*market.Order,
 // with ID = CID of the envelope. It checks the signer is the maker and the
 // market's order rules at now.
 func OpenOrder(env []byte, now time.Time) (*market.Order, *proto.Order, error) {
-	po, signer, err := Open[*proto.Order](env, proto.MaxBookMessageSize)
+	return (*Verified)(nil).OpenOrder(env, now)
+}
+
+// OpenOrder is the package's OpenOrder with the signatures v checked
+// before remembered (see Verified).
+func (v *Verified) OpenOrder(env []byte, now time.Time) (*market.Order, *proto.Order, error) {
+	po, signer, err := OpenWith[*proto.Order](v, env, proto.MaxBookMessageSize)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -315,14 +344,21 @@ func OpenOrder(env []byte, now time.Time) (*market.Order, *proto.Order, error) {
 // signed by the taker, the lease between exactly those two parties at the
 // Take's price and quantity.
 func OpenFill(f *proto.Fill, now time.Time) (*BookEvent, error) {
+	return (*Verified)(nil).OpenFill(f, now)
+}
+
+// OpenFill is the package's OpenFill with the signatures v checked before
+// remembered (see Verified): a party to the fill checks only the other
+// party's signature.
+func (v *Verified) OpenFill(f *proto.Fill, now time.Time) (*BookEvent, error) {
 	if f == nil {
 		return nil, fmt.Errorf("%w: empty fill", ErrBookSchema)
 	}
-	take, taker, err := Open[*proto.Take](f.Take, proto.MaxBookMessageSize)
+	take, taker, err := OpenWith[*proto.Take](v, f.Take, proto.MaxBookMessageSize)
 	if err != nil {
 		return nil, fmt.Errorf("fill take: %w", err)
 	}
-	acc, maker, err := Open[*proto.Accept](f.Accept, proto.MaxBookMessageSize)
+	acc, maker, err := OpenWith[*proto.Accept](v, f.Accept, proto.MaxBookMessageSize)
 	if err != nil {
 		return nil, fmt.Errorf("fill accept: %w", err)
 	}
@@ -337,7 +373,7 @@ func OpenFill(f *proto.Fill, now time.Time) (*BookEvent, error) {
 	}
 	// The taker's order was valid when the take was made; a fill may be
 	// gossiped after the order expired, so only its signature matters here.
-	tpo, tsigner, err := Open[*proto.Order](take.TakerOrder, proto.MaxBookMessageSize)
+	tpo, tsigner, err := OpenWith[*proto.Order](v, take.TakerOrder, proto.MaxBookMessageSize)
 	if err != nil {
 		return nil, fmt.Errorf("fill taker order: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/record"
@@ -1172,6 +1173,19 @@ func TestDecodeBookFillChecks(t *testing.T) {
 
 // TestBookNewPubSub: gossipsub takes the book's score parameters (it
 // validates them when the router starts and when a topic's are set).
+// TestBookGossipParams: IHAVE gossip goes to Dlazy peers a heartbeat
+// whatever the network's size (GossipFactor 0), and the mesh is
+// gossipsub's default.
+func TestBookGossipParams(t *testing.T) {
+	p, d := p2p.BookGossipParams(), pubsub.DefaultGossipSubParams()
+	if p.GossipFactor != 0 || p.Dlazy != d.Dlazy || p.Dlazy < 6 {
+		t.Errorf("GossipFactor %v, Dlazy %d; want 0 and the default %d", p.GossipFactor, p.Dlazy, d.Dlazy)
+	}
+	if p.D != d.D || p.Dlo != d.Dlo || p.Dhi != d.Dhi || p.HeartbeatInterval != d.HeartbeatInterval || p.HistoryGossip != d.HistoryGossip {
+		t.Errorf("mesh or heartbeat differs from gossipsub's default: %+v", p)
+	}
+}
+
 func TestBookNewPubSub(t *testing.T) {
 	h := bookHost(t)
 	ctx := bookCtx(t, bookStreamTimeout)

@@ -14,10 +14,11 @@ import (
 // 64 KiB with its GPUs' certificate chains) reaches a node many times:
 // beside each ask of its provider, in sync and reconciliation answers,
 // from the DHT; and in a simulation it reaches hundreds of nodes in one
-// process. OpenOffer verifies each distinct envelope once and hands every
+// process. OpenOffer decodes each distinct envelope once and hands every
 // caller the same decoded offer and the same bytes, so a replica keeps
 // one copy of a provider's offer however many asks carry it, and one
-// process running many nodes keeps one copy in all. What OpenOffer
+// process running many nodes keeps one copy in all. Signatures are still
+// checked per node (Verified), only the memory is shared. What OpenOffer
 // returns is shared: callers must not modify it.
 
 // maxInternedOfferBytes bounds the interned envelopes' bytes; past it the

@@ -58,26 +58,32 @@ func SealOffer(key crypto.PrivKey, o *proto.Offer) ([]byte, error) {
 // It returns the offer and its signer. The offer is shared with every
 // other caller that opened the same bytes (intern.go): do not modify it.
 func OpenOffer(b []byte, now time.Time) (*proto.Offer, peer.ID, error) {
-	e, err := openOffer(b, now)
+	return (*Verified)(nil).OpenOffer(b, now)
+}
+
+// OpenOffer is the package's OpenOffer with the signatures v checked
+// before remembered (see Verified): an offer seen before costs a hash and
+// its rules at now, not a verify.
+func (v *Verified) OpenOffer(b []byte, now time.Time) (*proto.Offer, peer.ID, error) {
+	e, err := v.openOffer(b, now)
 	if err != nil {
 		return nil, "", err
 	}
 	return e.offer, e.signer, nil
 }
 
-// openOffer is OpenOffer, interned: an envelope already opened is not
-// verified again, only checked at now.
-func openOffer(b []byte, now time.Time) (*openedOffer, error) {
-	if len(b) > proto.MaxOfferSize {
-		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(b), proto.MaxOfferSize)
+// openOffer is OpenOffer, interned: the signature is checked as this
+// node would (v: once per node; a nil v: every time), so the nodes of a
+// simulation do not share verifies; only the decoded offer and its bytes
+// are shared.
+func (v *Verified) openOffer(b []byte, now time.Time) (*openedOffer, error) {
+	o, signer, err := OpenWith[*proto.Offer](v, b, proto.MaxOfferSize)
+	if err != nil {
+		return nil, err
 	}
 	key := sha256.Sum256(b)
 	e := internedOffer(key, b)
 	if e == nil {
-		o, signer, err := Open[*proto.Offer](b, proto.MaxOfferSize)
-		if err != nil {
-			return nil, err
-		}
 		e = &openedOffer{env: b, offer: o, signer: signer}
 		if err := checkOffer(e, now); err != nil {
 			return nil, err
@@ -113,6 +119,10 @@ type OfferValidator struct {
 	Now func() time.Time
 	// OnReject, when set, is told the reason of every refused record.
 	OnReject func(reason string)
+	// Verified, when set, is the node's cache of checked signatures: a
+	// record validated before (a put of the same offer, the old record
+	// beside a new one in Select) costs a hash.
+	Verified *Verified
 }
 
 var _ record2.Validator = OfferValidator{}
@@ -139,7 +149,7 @@ func (v OfferValidator) open(key string, value []byte) (*proto.Offer, error) {
 	if err != nil {
 		return nil, err
 	}
-	o, signer, err := OpenOffer(value, v.now())
+	o, signer, err := v.Verified.OpenOffer(value, v.now())
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/pprof"
+	"sync"
 	"time"
 
 	"github.com/suanli/suanli/node/simnet"
@@ -54,6 +55,22 @@ func cmdSimnet(e *env, args []string) error {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
+	if path := os.Getenv("SUANLI_CPUPROFILE"); path != "" {
+		// A developer's CPU profile (all nodes share the process): of the
+		// whole run, or from the progress message SUANLI_CPUPROFILE_FROM
+		// to SUANLI_CPUPROFILE_TO.
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		p := &profState{f: f, from: os.Getenv("SUANLI_CPUPROFILE_FROM"), to: os.Getenv("SUANLI_CPUPROFILE_TO")}
+		if p.from == "" {
+			p.toggleLocked()
+		}
+		defer p.stop()
+		cfg.Logger = slog.New(profWindow{cfg.Logger.Handler(), p})
+	}
 	rep, err := simnet.Run(ctx, cfg)
 	if err != nil {
 		return err
@@ -84,4 +101,54 @@ func writeHeapProfile(path string) error {
 		}
 	}
 	return nil
+}
+
+// profWindow is a progress log handler that starts a CPU profile at the
+// message from and stops it at to.
+type profWindow struct {
+	slog.Handler
+	*profState
+}
+
+type profState struct {
+	mu       sync.Mutex
+	f        *os.File
+	from, to string
+	on, done bool
+}
+
+func (w profWindow) Handle(ctx context.Context, r slog.Record) error {
+	w.mu.Lock()
+	if (!w.on && r.Message == w.from) || (w.on && r.Message == w.to) {
+		w.toggleLocked()
+	}
+	w.mu.Unlock()
+	return w.Handler.Handle(ctx, r)
+}
+
+func (w profWindow) WithAttrs(as []slog.Attr) slog.Handler {
+	return profWindow{w.Handler.WithAttrs(as), w.profState}
+}
+
+func (w profWindow) WithGroup(g string) slog.Handler {
+	return profWindow{w.Handler.WithGroup(g), w.profState}
+}
+
+func (p *profState) toggleLocked() {
+	if p.on {
+		pprof.StopCPUProfile()
+		p.on, p.done = false, true
+		return
+	}
+	if !p.done && pprof.StartCPUProfile(p.f) == nil {
+		p.on = true
+	}
+}
+
+func (p *profState) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.on {
+		p.toggleLocked()
+	}
 }

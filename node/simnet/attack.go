@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	mrand "math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,15 +25,21 @@ const (
 )
 
 // Hostile behaviour: each hostile peer publishes attackRate messages a
-// second on the market's topic, in turn a valid bid of its own (far below
-// any ask, so it rests and fills books), a message whose payload does not
-// validate (an order with a broken signature), and a replay of a bid it
-// published before. Each rotates through attackKeys identities, each its
-// own libp2p host (StrictSign: an order's maker must be the host that
-// publishes it), so the flood of valid orders comes from fresh keys.
+// second on the market's topic through attackKeys identities, each its
+// own libp2p host, in turn (flood): valid bids of its own (far below any
+// ask, so they rest and fill books) alternating with valid bids each
+// signed by a brand new key (a Sybil: the message is authored and signed
+// by that key, StrictSign holds, and the hostile host is only its first
+// relay), messages whose payload does not validate (an order with a
+// broken signature), and replays of bids published before.
 const (
 	attackRate = 20
 	attackKeys = 3
+	// attackWait is how long an honest sample may take to reach every
+	// replica under attack; attackMissed samples that take longer end
+	// the measure.
+	attackWait   = time.Minute
+	attackMissed = 3
 )
 
 // hostile is one hostile identity: a host in the mocknet with gossipsub
@@ -41,7 +48,15 @@ type hostile struct {
 	key   crypto.PrivKey
 	id    peer.ID
 	topic *pubsub.Topic
-	sent  [][]byte
+	sent  []sent
+}
+
+// sent is a message a hostile peer published, with the author to replay
+// it as.
+type sent struct {
+	data []byte
+	key  crypto.PrivKey
+	id   peer.ID
 }
 
 // startAttack adds hostile peers (share of the node count, at least one)
@@ -88,10 +103,16 @@ func (s *sim) startAttack(ctx context.Context, net *network, share float64) (int
 	return len(hs), wg.Wait, nil
 }
 
-// flood publishes from ids in turn until ctx ends.
+// flood publishes from ids in turn until ctx ends. Each identity keeps to
+// one role, as an attacker who knows the peer scoring would: the first
+// publishes valid bids only, in turn its own and a fresh key's, so no
+// validator ever rejects it (gossipsub's invalid-delivery penalty never
+// touches it); the second publishes broken signatures (and is graylisted
+// by its neighbours for them); the third replays the first's bids.
 func (s *sim) flood(ctx context.Context, ids []*hostile) {
 	t := time.NewTicker(time.Second / attackRate)
 	defer t.Stop()
+	valid := ids[0]
 	for k := 0; ; k++ {
 		select {
 		case <-ctx.Done():
@@ -99,28 +120,66 @@ func (s *sim) flood(ctx context.Context, ids []*hostile) {
 		case <-t.C:
 		}
 		h := ids[k%len(ids)]
-		var data []byte
-		switch k % 3 {
-		case 0:
-			data = orderMsg(hostileBid(h))
-			h.sent = append(h.sent, data)
-		case 1:
-			// Break the order's envelope: flip a byte near its end (the
-			// signature).
-			if env := hostileBid(h); env != nil {
-				env[len(env)-3] ^= 0xff
-				data = orderMsg(env)
-			}
-		default:
-			if len(h.sent) == 0 {
+		m := sent{key: h.key, id: h.id}
+		switch {
+		case h == valid && (k/len(ids))%2 == 0:
+			m.data = orderMsg(hostileBid(m.key, m.id))
+			h.sent = append(h.sent, m)
+		case h == valid:
+			// A Sybil: a key made for this one message.
+			key, _, err := crypto.GenerateEd25519Key(rand.Reader)
+			if err != nil {
 				continue
 			}
-			data = h.sent[mrand.IntN(len(h.sent))]
+			id, err := peer.IDFromPrivateKey(key)
+			if err != nil {
+				continue
+			}
+			m = sent{key: key, id: id}
+			m.data = orderMsg(hostileBid(key, id))
+			h.sent = append(h.sent, m)
+		case h == ids[1%len(ids)]:
+			// Break the order's envelope: flip a byte near its end (the
+			// signature).
+			if env := hostileBid(m.key, m.id); env != nil {
+				env[len(env)-3] ^= 0xff
+				m.data = orderMsg(env)
+			}
+		default:
+			if len(valid.sent) == 0 {
+				continue
+			}
+			m = valid.sent[mrand.IntN(len(valid.sent))]
 		}
-		if data != nil {
-			h.topic.Publish(ctx, data)
+		if len(h.sent) > 1000 {
+			h.sent = h.sent[len(h.sent)-1000:]
+		}
+		if m.data != nil {
+			var opts []pubsub.PubOpt
+			if m.id != h.id {
+				// Signed as its author, published (first relayed) by h.
+				opts = append(opts, pubsub.WithSecretKeyAndPeerId(m.key, m.id))
+			}
+			h.topic.Publish(ctx, m.data, opts...)
 		}
 	}
+}
+
+// heldOrders is how many orders each live replica of the market holds,
+// sorted (at least one entry): what a flood has put into the books.
+func (s *sim) heldOrders(net *network) []int {
+	out := []int{0}
+	for _, n := range net.nodes {
+		if n != nil {
+			_, orders, _ := n.BookDigest(Market, "USD")
+			out = append(out, orders)
+		}
+	}
+	if len(out) > 1 {
+		out = out[1:]
+	}
+	slices.Sort(out)
+	return out
 }
 
 // orderMsg is the book message of a sealed order, nil for nil.
@@ -135,18 +194,19 @@ func orderMsg(env []byte) []byte {
 	return data
 }
 
-// hostileBid is a valid resting bid of h, sealed, unique by its nonce.
-func hostileBid(h *hostile) []byte {
+// hostileBid is a valid resting bid of the maker id (key's), sealed,
+// unique by its nonce.
+func hostileBid(key crypto.PrivKey, id peer.ID) []byte {
 	now := time.Now()
 	var nonce [8]byte
 	rand.Read(nonce[:])
 	o := &proto.Order{
-		Maker: []byte(h.id), Side: proto.Side_SIDE_BID, Market: Market, Currency: "USD", Quantity: 1,
+		Maker: []byte(id), Side: proto.Side_SIDE_BID, Market: Market, Currency: "USD", Quantity: 1,
 		PriceMicros: 1000 + int64(nonce[0]), LeaseType: proto.LeaseType_LEASE_TYPE_SPOT, DurationS: 3600,
 		CreatedUnixMs: now.UnixMilli(), ExpiresUnixMs: now.Add(10 * time.Minute).UnixMilli(),
 		Nonce: binary.BigEndian.Uint64(nonce[:]),
 	}
-	env, err := p2p.Seal(h.key, o, proto.MaxBookMessageSize)
+	env, err := p2p.Seal(key, o, proto.MaxBookMessageSize)
 	if err != nil {
 		return nil
 	}
@@ -160,6 +220,7 @@ func (s *sim) attack(ctx context.Context, net *network, rep *Report) error {
 	if !ok {
 		return fmt.Errorf("no propagation measure to compare with")
 	}
+	held := s.heldOrders(net)
 	actx, stop := context.WithCancel(ctx)
 	ids, wait, err := s.startAttack(actx, net, s.cfg.Attack)
 	if err != nil {
@@ -173,16 +234,31 @@ func (s *sim) attack(ctx context.Context, net *network, rep *Report) error {
 	time.Sleep(5 * time.Second)
 	rng := mrand.New(mrand.NewPCG(9, 10))
 	buyers := net.nodes[net.providers:]
+	// A sample that never reaches every replica counts as attackWait (a
+	// lower bound), and the measure goes on until attackMissed of them.
 	var prop []time.Duration
+	var missed []error
 	for range s.cfg.Samples {
-		d, err := s.propagate(ctx, net, buyers[rng.IntN(len(buyers))], rng, time.Minute)
+		d, err := s.propagate(ctx, net, buyers[rng.IntN(len(buyers))], rng, attackWait)
 		if err != nil {
-			return fmt.Errorf("propagation under attack: %w", err)
+			if ctx.Err() != nil {
+				return err
+			}
+			missed = append(missed, err)
+			d = attackWait
 		}
 		prop = append(prop, d)
+		if len(missed) >= attackMissed {
+			break
+		}
 	}
+	during := s.heldOrders(net)
 	rep.add(Measure{Name: MeasureAttackProp, Stats: statsOf(prop), FloorName: "same run, no attack", Floor: base.Stats.P99, Compare: "p99", Goal: 2,
-		Note: fmt.Sprintf("%d hostile identities (%.0f%% of the nodes, %d keys each) flood %d msg/s in all: valid bids, broken signatures, replays", ids, 100*s.cfg.Attack, attackKeys, ids/attackKeys*attackRate)}, false)
+		Note: fmt.Sprintf("%d hostile identities (%.0f%% of the nodes, %d keys each) flood %d msg/s in all: valid bids of their own, valid bids each from a fresh key, broken signatures, replays; %d samples never reached every replica within %s (counted as %[6]s); orders a replica holds (median, max) before the flood %d, %d, after the samples %d, %d",
+			ids, 100*s.cfg.Attack, attackKeys, ids/attackKeys*attackRate, len(missed), attackWait, held[len(held)/2], held[len(held)-1], during[len(during)/2], during[len(during)-1])}, false)
+	if len(missed) >= attackMissed {
+		return fmt.Errorf("propagation under attack: %d samples missed, the last: %w", len(missed), missed[len(missed)-1])
+	}
 	var scratch Report
 	scratch.Floors = rep.Floors
 	if err := s.trades(ctx, net, &scratch, rng); err != nil {

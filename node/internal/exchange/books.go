@@ -195,7 +195,10 @@ type Config struct {
 	// with one random peer of its topic (default DefaultReconcileInterval;
 	// negative: never, only on reconnect).
 	ReconcileEvery time.Duration
-	Hooks          Hooks
+	// Admission tunes how fast makers this node does not know yet are
+	// admitted (admission.go); the zero value is the defaults.
+	Admission AdmissionConfig
+	Hooks     Hooks
 }
 
 // Books is a node's set of market replicas and their gossip. Its methods
@@ -217,6 +220,7 @@ type Books struct {
 	authors  map[peer.ID]*rate.Limiter // by gossip author
 	syncers  map[peer.ID]*rate.Limiter // by peer asking for a sync
 	kick     chan string               // markets whose crossing to re-check
+	adm      *admission                // makers known and the new-maker budgets
 }
 
 // New returns an empty set of replicas. Start begins its loop; until
@@ -252,6 +256,7 @@ func New(cfg Config) *Books {
 		syncers:  map[peer.ID]*rate.Limiter{},
 		kick:     make(chan string, 64),
 		rkick:    make(chan struct{}, 1),
+		adm:      newAdmission(cfg.Admission),
 	}
 }
 
@@ -605,6 +610,9 @@ func (b *Books) applyFill(ev *p2p.BookEvent) bool {
 			s.drop(id)
 		}
 	}
+	// Its parties are established makers now (admission.go).
+	b.adm.remember(f.Buyer, true)
+	b.adm.remember(f.Provider, true)
 	if ev.Raw != nil && !s.tombs.addFill(f, ev.Raw) {
 		b.reject("fill", "tombstones-full")
 	}
@@ -628,11 +636,29 @@ func (b *Books) applyFill(ev *p2p.BookEvent) bool {
 	return true
 }
 
-// check is the stateful part of validation, shared by gossip and sync.
+// check is the stateful part of validation of a sync or reconciliation
+// answer's message.
 func (b *Books) check(ctx context.Context, ev *p2p.BookEvent) pubsub.ValidationResult {
+	return b.checkFrom(ctx, "", ev)
+}
+
+// checkFrom is the stateful part of validation, shared by gossip (from:
+// the peer that relayed the message) and sync (from empty).
+func (b *Books) checkFrom(ctx context.Context, from peer.ID, ev *p2p.BookEvent) pubsub.ValidationResult {
 	switch ev.Kind {
 	case p2p.KindOrder:
 		o := ev.Order
+		// First, before anything is remembered for it: a maker this
+		// replica does not know is admitted at a bounded rate
+		// (admission.go), so a flood of fresh keys is ignored here and
+		// goes no further.
+		b.mu.Lock()
+		why := b.admitLocked(o.Maker, from)
+		b.mu.Unlock()
+		if why != "" {
+			b.reject("book", why)
+			return pubsub.ValidationIgnore
+		}
 		if ev.Offer != nil && b.cfg.Offers != nil {
 			// Signed by its provider and valid (p2p.DecodeBook): worth
 			// keeping whatever becomes of the ask.
@@ -675,8 +701,9 @@ func (b *Books) check(ctx context.Context, ev *p2p.BookEvent) pubsub.ValidationR
 	return pubsub.ValidationAccept
 }
 
-// makerFull reports whether o's maker already rests MaxOrdersPerMaker
-// orders in o's replica, all with smaller IDs than o's. Which orders of a
+// makerFull reports whether o's maker already rests as many orders as
+// its cap (capLocked: MaxOrdersPerMaker, or MaxOrdersNewMaker for a maker
+// not yet established) in o's replica, all with smaller IDs than o's. Which orders of a
 // maker past the cap a replica keeps must not depend on the order they
 // arrived in, or replicas would never agree: each keeps the maker's
 // smallest IDs (evictMaker drops the largest). This node's own orders
@@ -688,7 +715,7 @@ func (b *Books) makerFull(o *market.Order) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s, ok := b.states[key(o.Market, o.Currency)]
-	if !ok || len(s.count[o.Maker]) < MaxOrdersPerMaker {
+	if !ok || len(s.count[o.Maker]) < b.capLocked(o.Maker) {
 		return false
 	}
 	return o.ID > largest(s.count[o.Maker])
@@ -702,15 +729,15 @@ func largest(ids map[string]bool) string {
 	return top
 }
 
-// evictMaker drops the largest IDs of maker's orders in s past
-// MaxOrdersPerMaker (not its own node's), without a tombstone, and
+// evictMaker drops the largest IDs of maker's orders in s past its cap
+// (capLocked; not its own node's), without a tombstone, and
 // returns them. Callers hold b.mu.
 func (b *Books) evictMaker(s *Replica, maker string) []string {
 	if b.cfg.Host != nil && maker == b.cfg.Host.ID().String() {
 		return nil
 	}
 	var out []string
-	for len(s.count[maker]) > MaxOrdersPerMaker {
+	for limit := b.capLocked(maker); len(s.count[maker]) > limit; {
 		id := largest(s.count[maker])
 		s.Book.Cancel(id, maker)
 		s.drop(id)

@@ -4,8 +4,10 @@
 //
 // [Books] owns every market replica of one node: it joins a market's
 // gossipsub topic, validates each book message (stateless checks in
-// package p2p, then the replica's own: duplicates, per-maker rate limits,
-// and, through a hook, whether an ask is backed by its provider's offer,
+// package p2p, then the replica's own: admission of makers it does not
+// know at a bounded rate (admission.go: a Sybil's fresh keys stop at the
+// first hop), duplicates, per-maker rate limits and caps, and, through a
+// hook, whether an ask is backed by its provider's offer,
 // which travels beside the ask; an offer not known yet is retried, never
 // refused for good), applies what is accepted, keeps cancels and fills as
 // tombstones, answers and asks for the open orders of late joiners,

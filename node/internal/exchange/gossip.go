@@ -99,7 +99,11 @@ func (b *Books) validator(mkt string) pubsub.ValidatorEx {
 			b.reject("book", "author-rate-limited")
 			return pubsub.ValidationIgnore
 		}
-		ev, err := p2p.DecodeBook(msg.Data, mkt, b.cfg.Now())
+		if why := b.RefuseEarly(msg.Data, author, from); why != "" {
+			b.reject("book", why) // admission.go: before any verify
+			return pubsub.ValidationIgnore
+		}
+		ev, err := b.cfg.Offers.verified().DecodeBook(msg.Data, mkt, b.cfg.Now())
 		if err != nil {
 			b.reject("book", p2p.BookReason(err))
 			b.cfg.Log.Debug("book message rejected", "market", mkt, "from", from, "err", err)
@@ -110,7 +114,7 @@ func (b *Books) validator(mkt string) pubsub.ValidatorEx {
 			b.cfg.Log.Debug("book message from another author", "market", mkt, "author", author, "kind", ev.Kind)
 			return pubsub.ValidationReject
 		}
-		res := b.check(ctx, ev)
+		res := b.checkFrom(ctx, from, ev)
 		if res == pubsub.ValidationAccept {
 			msg.ValidatorData = ev
 		}
@@ -281,7 +285,7 @@ func (b *Books) applyItems(ctx context.Context, mkt, kind string, items []*proto
 // changed the replica and were no longer in flight (settled).
 func (b *Books) applyData(ctx context.Context, mkt, kind string, msgs [][]byte) (changed int) {
 	for _, data := range msgs {
-		ev, err := p2p.DecodeBook(data, mkt, b.cfg.Now())
+		ev, err := b.cfg.Offers.verified().DecodeBook(data, mkt, b.cfg.Now())
 		if err != nil {
 			// A fill may outlive the orders it names; anything else
 			// that fails is the peer's fault.

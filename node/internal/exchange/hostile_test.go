@@ -159,11 +159,9 @@ func TestAnswerSyncRateLimited(t *testing.T) {
 func TestMakerCap(t *testing.T) {
 	rejects := rejectsVec()
 	b := New(Config{Now: (&clock{t: t0}).now, Rejects: rejects})
-	bid := func(id, maker string) *p2p.BookEvent {
-		o := ask(id, maker, 1, 1_000_000)
-		o.Side, o.MinDuration, o.MaxDuration, o.Duration, o.Facts = market.Bid, 0, 0, time.Hour, market.Facts{}
-		return orderEvent(o)
-	}
+	// An established maker (a party to a fill): the full cap. A new one's
+	// is TestNewMakerCap's.
+	b.adm.remember("flooder", true)
 	for i := range MaxOrdersPerMaker {
 		b.Apply(mkt, bid(fmt.Sprintf("f%03d", i), "flooder"))
 	}
@@ -198,4 +196,11 @@ func TestMakerCap(t *testing.T) {
 	if res := b.check(context.Background(), bid("fz-room", "flooder")); res != pubsub.ValidationAccept {
 		t.Fatalf("after a cancel the maker has room: %v, want Accept", res)
 	}
+}
+
+// bid is a resting bid of maker, as a verified book event.
+func bid(id, maker string) *p2p.BookEvent {
+	o := ask(id, maker, 1, 1_000_000)
+	o.Side, o.MinDuration, o.MaxDuration, o.Duration, o.Facts = market.Bid, 0, 0, time.Hour, market.Facts{}
+	return orderEvent(o)
 }

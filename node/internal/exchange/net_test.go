@@ -39,6 +39,7 @@ type peerOpts struct {
 	// providers, when set, is the provider-record lookup sync uses.
 	providers func(ctx context.Context, mkt string, max int) []peer.AddrInfo
 	noJoin    bool // the test joins the market itself
+	admission AdmissionConfig
 }
 
 // coverCheck is the ask rule the node applies (askFacts), reduced to what
@@ -94,7 +95,8 @@ func newNetPeer(t *testing.T, opts peerOpts) *netPeer {
 	if every == 0 {
 		every = -1
 	}
-	cfg := Config{Host: h, PubSub: ps, Rejects: np.rejects, ReconcileEvery: every, Offers: np.offers, Log: slog.New(slog.DiscardHandler), Providers: opts.providers}
+	cfg := Config{Host: h, PubSub: ps, Rejects: np.rejects, ReconcileEvery: every, Offers: np.offers, Log: slog.New(slog.DiscardHandler), Providers: opts.providers,
+		Admission: opts.admission}
 	if np.offers != nil {
 		cfg.Hooks.CheckAsk = coverCheck(np.offers)
 	}

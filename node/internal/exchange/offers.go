@@ -55,6 +55,10 @@ type OffersConfig struct {
 	Log       *slog.Logger
 	// Found counts the valid offers fetched from the DHT (optional).
 	Found prometheus.Counter
+	// Verified is the node's cache of checked signatures (optional): an
+	// offer that travels with each of its provider's asks, or comes again
+	// by sync, costs a hash. The replicas' book messages use it too.
+	Verified *p2p.Verified
 }
 
 // Offers is the cache of validated offers, newest seq per provider, and
@@ -286,10 +290,19 @@ func (x *Offers) FromStore(into map[peer.ID]*proto.Offer) {
 	}
 	now := x.cfg.Now()
 	for p, env := range cached {
-		o, signer, err := p2p.OpenOffer(env, now)
+		o, signer, err := x.cfg.Verified.OpenOffer(env, now)
 		if err != nil || signer != p {
 			continue
 		}
 		into[p] = o
 	}
+}
+
+// verified is the node's cache of checked signatures, nil when x is nil
+// or has none.
+func (x *Offers) verified() *p2p.Verified {
+	if x == nil {
+		return nil
+	}
+	return x.cfg.Verified
 }

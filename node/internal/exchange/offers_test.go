@@ -2,12 +2,17 @@ package exchange
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
+	recordpb "github.com/libp2p/go-libp2p/core/record/pb"
+	gproto "google.golang.org/protobuf/proto"
 
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
@@ -119,4 +124,98 @@ func TestOffersWarm(t *testing.T) {
 	if got, warm = x.Warm(mkt); !warm || len(got) != 1 || got["p1"] == nil {
 		t.Fatalf("after p2 expired: warm %v, %v", warm, got)
 	}
+}
+
+// TestOfferVerifiedOnce: an offer that travels beside each of its
+// provider's asks (gossip, sync, reconciliation) costs a replica one
+// signature check, not one per ask: the node's Verified cache holds each
+// ask once and the offer once, and a sync that brings them all again adds
+// nothing. A tampered copy of that offer beside another ask is still
+// refused (bad-offer), as without the cache. Negative control: without a
+// cache nothing is remembered and the same asks are held.
+func TestOfferVerifiedOnce(t *testing.T) {
+	for _, cached := range []bool{true, false} {
+		k, _, err := crypto.GenerateEd25519Key(rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		maker, _ := peer.IDFromPrivateKey(k)
+		var v *p2p.Verified
+		if cached {
+			v = p2p.NewVerified(p2p.DefaultVerifiedEntries)
+		}
+		offers := NewOffers(context.Background(), OffersConfig{DHT: &fakeDHT{offers: map[peer.ID]*proto.Offer{}}, Verified: v})
+		rejects := rejectsVec()
+		b := New(Config{Offers: offers, Rejects: rejects, Log: slog.New(slog.DiscardHandler), Hooks: Hooks{CheckAsk: coverCheck(offers)}})
+		offer := sealOffer(t, k, maker, 8)
+		const asks = 5
+		var msgs [][]byte
+		var ids []string
+		for i := range asks + 1 {
+			env, ev := sealAsk(t, k, maker, uint64(i+1))
+			off := offer
+			if i == asks {
+				off = bookFlipSig(t, offer) // the last ask carries a forged copy
+			}
+			msgs = append(msgs, mustMarshal(t, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}, Offer: off}))
+			ids = append(ids, ev.Order.ID)
+		}
+		for pass := range 2 {
+			b.applyData(context.Background(), mkt, "sync", msgs)
+			for _, id := range ids[:asks] {
+				if !b.Holds(mkt, "USD", id) {
+					t.Fatalf("cached %v pass %d: ask %s not held", cached, pass, id)
+				}
+			}
+			if b.Holds(mkt, "USD", ids[asks]) {
+				t.Fatalf("cached %v: the ask beside a forged offer is held", cached)
+			}
+			if n := count(rejects, "sync", "bad-offer"); n != float64(pass+1) {
+				t.Fatalf("cached %v pass %d: bad-offer counted %v times, want %d", cached, pass, n, pass+1)
+			}
+			want := 0
+			if cached {
+				want = asks + 1 + 1 // the asks, the offer, and the last ask's envelope (checked before its offer)
+			}
+			if n := v.Len(); n != want {
+				t.Fatalf("cached %v pass %d: %d envelopes remembered, want %d", cached, pass, n, want)
+			}
+		}
+	}
+}
+
+// sealAsk is a sealed ask of maker's for 4 GPUs, unique by nonce, and its
+// event.
+func sealAsk(t *testing.T, k crypto.PrivKey, maker peer.ID, nonce uint64) ([]byte, *p2p.BookEvent) {
+	t.Helper()
+	now := time.Now()
+	o := &proto.Order{
+		Maker: []byte(maker), Side: proto.Side_SIDE_ASK, Market: mkt, Currency: "USD", Quantity: 4, PriceMicros: 2_000_000,
+		LeaseType: proto.LeaseType_LEASE_TYPE_ON_DEMAND, CreatedUnixMs: now.UnixMilli(), ExpiresUnixMs: now.Add(time.Hour).UnixMilli(),
+		Nonce: nonce, OfferSeq: 1, MinDurationS: 60, MaxDurationS: 3600,
+	}
+	env, err := p2p.Seal(k, o, proto.MaxBookMessageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := p2p.DecodeBook(mustMarshal(t, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}}), mkt, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env, ev
+}
+
+// bookFlipSig is env with one bit of its signature flipped.
+func bookFlipSig(t *testing.T, env []byte) []byte {
+	t.Helper()
+	var e recordpb.Envelope
+	if err := gproto.Unmarshal(env, &e); err != nil {
+		t.Fatal(err)
+	}
+	e.Signature[0] ^= 1
+	b, err := gproto.Marshal(&e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

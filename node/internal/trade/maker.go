@@ -27,7 +27,7 @@ import (
 // Shut closes before the node's store goes. A stale take is refused; a
 // take already answered gets the same answer again.
 func (t *Trader) HandleTake(ctx context.Context, from peer.ID, takeEnv []byte) *proto.TradeReply {
-	take, signer, err := p2p.Open[*proto.Take](takeEnv, proto.MaxBookMessageSize)
+	take, signer, err := p2p.OpenWith[*proto.Take](t.Verified, takeEnv, proto.MaxBookMessageSize)
 	if err != nil || signer != from || string(take.Taker) != string(signer) {
 		t.reject("take", "bad-envelope")
 		return nil // not worth a signed answer
@@ -150,7 +150,7 @@ func (t *Trader) answerTake(ctx context.Context, from peer.ID, take *proto.Take,
 		return t.rejectTake(from, take, takeID, reason)
 	}
 	now := received
-	to, _, err := p2p.OpenOrder(take.TakerOrder, now)
+	to, _, err := t.Verified.OpenOrder(take.TakerOrder, now)
 	if err != nil {
 		return reject("taker order: %v", err)
 	}
@@ -208,13 +208,13 @@ func (t *Trader) answerTake(ctx context.Context, from peer.ID, take *proto.Take,
 		return reject("take took too long to process")
 	}
 	acc := &proto.Accept{Maker: []byte(t.Host.ID()), TakeId: takeID, Lease: lease, CreatedUnixMs: now.UnixMilli()}
-	accEnv, err := p2p.Seal(t.Key, acc, proto.MaxBookMessageSize)
+	accEnv, err := p2p.SealWith(t.Verified, t.Key, acc, proto.MaxBookMessageSize)
 	if err != nil {
 		t.unreserve(lease.Gpus, takeID, victims)
 		return reject("%v", err)
 	}
 	fill := &proto.Fill{Take: takeEnv, Accept: accEnv}
-	ev, err := p2p.OpenFill(fill, now)
+	ev, err := t.Verified.OpenFill(fill, now)
 	if err != nil {
 		t.unreserve(lease.Gpus, takeID, victims)
 		return reject("fill: %v", err)

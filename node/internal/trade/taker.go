@@ -124,7 +124,7 @@ func (t *Trader) take(ctx context.Context, o *market.Order, env []byte, m market
 			return 0, err
 		}
 	} else {
-		if takeEnv, err = p2p.Seal(t.Key, take, proto.MaxBookMessageSize); err != nil {
+		if takeEnv, err = p2p.SealWith(t.Verified, t.Key, take, proto.MaxBookMessageSize); err != nil {
 			return 0, err
 		}
 		takeID = proto.CIDOf(takeEnv).String()
@@ -159,7 +159,7 @@ func (t *Trader) take(ctx context.Context, o *market.Order, env []byte, m market
 		return t.Node.TakeResale(o, m, takeEnv, askEnv, body.Resale)
 	case *proto.TradeReply_Accept:
 		fill := &proto.Fill{Take: takeEnv, Accept: body.Accept}
-		ev, err := p2p.OpenFill(fill, t.Now())
+		ev, err := t.Verified.OpenFill(fill, t.Now())
 		if err != nil || ev.Fill.Provider == ev.Fill.Buyer || (ev.Fill.Provider != m.Maker && ev.Fill.Buyer != m.Maker) {
 			release()
 			return 0, fmt.Errorf("maker sent an invalid accept: %v", err)
@@ -183,9 +183,15 @@ func (t *Trader) take(ctx context.Context, o *market.Order, env []byte, m market
 			t.Node.TermsFailed(ev.Lease.Id, termsErr)
 		}
 		t.Node.CapacityChanged() // GPUs leased
-		if err := t.Node.PublishBook(ctx, o.Market, &proto.BookMessage{Body: &proto.BookMessage_Fill{Fill: fill}}, ev); err != nil {
-			t.Log.Warn("publishing fill failed", "fill", ev.Fill.ID, "err", err)
-		}
+		// Both parties hold the fill now; its gossip (the maker's too, one
+		// message: IDs are the payload's hash) need not hold up the order.
+		t.Node.Spawn(func() {
+			pctx, cancel := context.WithTimeout(t.Node.Context(), 10*time.Second)
+			defer cancel()
+			if err := t.Node.PublishBook(pctx, o.Market, &proto.BookMessage{Body: &proto.BookMessage_Fill{Fill: fill}}, ev); err != nil {
+				t.Log.Warn("publishing fill failed", "fill", ev.Fill.ID, "err", err)
+			}
+		})
 		return ev.Fill.Quantity, nil
 	}
 	release()
@@ -207,7 +213,7 @@ func (t *Trader) holdTaken(take *proto.Take, key string, blockStart, now time.Ti
 	var takeID string
 	if err == nil {
 		take.Gpus = free[:take.Quantity]
-		takeEnv, err = p2p.Seal(t.Key, take, proto.MaxBookMessageSize)
+		takeEnv, err = p2p.SealWith(t.Verified, t.Key, take, proto.MaxBookMessageSize)
 	}
 	if err == nil {
 		takeID = proto.CIDOf(takeEnv).String()

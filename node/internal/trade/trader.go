@@ -119,7 +119,11 @@ type Config struct {
 	Log      *slog.Logger
 	// Rejects is suanli_validation_rejects_total{kind,reason}.
 	Rejects *prometheus.CounterVec
-	Node    Node
+	// Verified is the node's cache of checked signatures (optional): a
+	// fill's take and taker order, checked when the take came, and the
+	// accept this maker sealed are not verified again.
+	Verified *p2p.Verified
+	Node     Node
 
 	BillingInterval time.Duration // a lease's billing interval
 	PreemptNotice   time.Duration // spot leases' notice before preemption

@@ -1,0 +1,250 @@
+package exchange
+
+import (
+	"github.com/libp2p/go-libp2p/core/peer"
+	"golang.org/x/time/rate"
+	gproto "google.golang.org/protobuf/proto"
+
+	"github.com/suanli/suanli/proto"
+)
+
+// Admission of new makers: a Sybil with fresh keys gets nothing for free.
+//
+// A valid order costs its maker nothing to sign, and every replica that
+// accepts it verifies it and relays it to its mesh, so an attacker who
+// signs each order with a brand new key would have every replica verify
+// every order (MaxOrdersPerMaker does not help: each key has one). A
+// replica therefore admits orders only from makers it knows; a maker it
+// does not know yet is admitted at a bounded rate, and an order whose
+// maker was not admitted is ignored: not applied, not relayed (it stops
+// at the first hop that refuses it), counted as "new-maker-limited".
+//
+// Known makers (admitted without a token): this node; a party to a fill
+// the replica applied; a maker with an order resting in a replica; a
+// maker admitted before (remembered, up to maxKnownMakers); a peer this
+// node's host holds addresses for (a node of the network it met, by a
+// connection or the DHT, not a key made up for one message); and the
+// peer that relays the order when it is its maker (a neighbour
+// publishing its own order: one identity per connection).
+//
+// Any other maker of a gossiped order needs a token of the relaying
+// peer's bucket (newMakerPeerRate) and of the replica's
+// (newMakerRate): one peer's flood cannot use the whole budget, and the
+// whole budget bounds what a replica verifies and relays for new makers
+// whatever the number of peers. Sync and reconciliation answers are not
+// held to a new-maker budget by default (newMakerSyncRate is unbounded;
+// AdmissionConfig.SyncRate sets one): they are bounded per peer already
+// by syncAnswerRate and the reconciliation's rate and budget per round,
+// and a shared bucket there lets a flood admitted anywhere starve the
+// honest makers' orders reconciliation brings (with one, burst 2000 at
+// 20/s, a 100-node simnet under --attack did not converge).
+//
+// Honest new makers still get in: a new maker's own node is a neighbour
+// of its first hops (admitted there without a token) and is in most
+// replicas' peerstores; where it is not and the bucket is empty, the
+// order is refused only by gossip, and the periodic reconciliation
+// (DefaultReconcileInterval) brings it: a delay of
+// about one reconciliation round per hop that refused it. Replicas
+// converge as without admission: reconciliation carries every order a
+// replica holds (a new maker's up to MaxOrdersNewMaker), so gossip's
+// admission decides how fast a new maker's order spreads, not whether.
+//
+// A maker not yet established (not this node, not a party to a fill the
+// replica applied) rests at most MaxOrdersNewMaker orders per replica;
+// an established one MaxOrdersPerMaker.
+const (
+	// newMakerRate and newMakerBurst bound the new makers a replica
+	// admits from gossip per second, whoever relays them.
+	newMakerRate  = 2
+	newMakerBurst = 20
+	// newMakerPeerRate and newMakerPeerBurst bound the new makers one
+	// relaying peer gets admitted per second.
+	newMakerPeerRate  = 1
+	newMakerPeerBurst = 10
+	// newMakerSyncRate and newMakerSyncBurst bound the new makers a
+	// replica admits from sync and reconciliation answers: unbounded.
+	newMakerSyncRate  = rate.Inf
+	newMakerSyncBurst = 1
+	// MaxOrdersNewMaker caps the resting orders of a maker not yet
+	// established (see MaxOrdersPerMaker).
+	MaxOrdersNewMaker = 20
+	// maxKnownMakers bounds the makers a node remembers as admitted or
+	// established; past it, arbitrary admitted (not established) ones
+	// are forgotten first.
+	maxKnownMakers = 100_000
+)
+
+// AdmissionConfig tunes new-maker admission; the zero value is the
+// defaults above.
+type AdmissionConfig struct {
+	// Off admits every maker, as before admission existed (tests use it
+	// as the negative control).
+	Off bool
+	// Rate and Burst: the replica's bucket for new makers from gossip;
+	// PeerRate and PeerBurst: each relaying peer's; SyncRate and
+	// SyncBurst: sync and reconciliation answers'. Zero: the default.
+	Rate, PeerRate, SyncRate    rate.Limit
+	Burst, PeerBurst, SyncBurst int
+}
+
+func (c AdmissionConfig) withDefaults() AdmissionConfig {
+	def := func(l *rate.Limit, b *int, dl rate.Limit, db int) {
+		if *l == 0 {
+			*l = dl
+		}
+		if *b == 0 {
+			*b = db
+		}
+	}
+	def(&c.Rate, &c.Burst, newMakerRate, newMakerBurst)
+	def(&c.PeerRate, &c.PeerBurst, newMakerPeerRate, newMakerPeerBurst)
+	def(&c.SyncRate, &c.SyncBurst, newMakerSyncRate, newMakerSyncBurst)
+	return c
+}
+
+// admission is a Books' state for admitting makers; guarded by b.mu.
+type admission struct {
+	cfg   AdmissionConfig
+	known map[string]bool // maker -> established (party to a fill)
+	all   *rate.Limiter   // new makers from gossip
+	sync  *rate.Limiter   // new makers from sync and reconciliation
+	peers map[peer.ID]*rate.Limiter
+}
+
+func newAdmission(cfg AdmissionConfig) *admission {
+	cfg = cfg.withDefaults()
+	return &admission{
+		cfg:   cfg,
+		known: map[string]bool{},
+		all:   rate.NewLimiter(cfg.Rate, cfg.Burst),
+		sync:  rate.NewLimiter(cfg.SyncRate, cfg.SyncBurst),
+		peers: map[peer.ID]*rate.Limiter{},
+	}
+}
+
+// remember marks maker known (established: a fill party), forgetting an
+// arbitrary not-established maker when full.
+func (a *admission) remember(maker string, established bool) {
+	if est, ok := a.known[maker]; ok {
+		if established && !est {
+			a.known[maker] = true
+		}
+		return
+	}
+	if len(a.known) >= maxKnownMakers {
+		victim, found := "", false
+		for m, est := range a.known {
+			victim = m
+			if found = !est; found {
+				break
+			}
+		}
+		delete(a.known, victim)
+	}
+	a.known[maker] = established
+}
+
+func (a *admission) hasKnown(maker string) bool {
+	_, ok := a.known[maker]
+	return ok
+}
+
+// knownLocked reports whether maker needs no token to be admitted from
+// from (empty: a sync or reconciliation answer). Callers hold b.mu.
+func (b *Books) knownLocked(maker string, from peer.ID) bool {
+	a := b.adm
+	if a.cfg.Off || a.hasKnown(maker) || b.selfMaker(maker) {
+		return true
+	}
+	for _, s := range b.states {
+		if len(s.count[maker]) > 0 {
+			return true
+		}
+	}
+	if from != "" && from.String() == maker {
+		return true
+	}
+	if b.cfg.Host != nil {
+		if id, err := peer.Decode(maker); err == nil && len(b.cfg.Host.Peerstore().Addrs(id)) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// admitLocked decides whether an order of maker, relayed by from (empty
+// for sync and reconciliation answers), may be checked further. It
+// returns the refusal reason, or "" when admitted. Callers hold b.mu.
+func (b *Books) admitLocked(maker string, from peer.ID) string {
+	a := b.adm
+	if b.knownLocked(maker, from) {
+		if !a.cfg.Off {
+			a.remember(maker, false)
+		}
+		return ""
+	}
+	if from == "" {
+		if !a.sync.Allow() {
+			return "new-maker-limited"
+		}
+		a.remember(maker, false)
+		return ""
+	}
+	if a.all.Tokens() < 1 {
+		return "new-maker-limited"
+	}
+	if !allowIn(a.peers, from, a.cfg.PeerRate, a.cfg.PeerBurst) {
+		return "new-maker-peer-limited"
+	}
+	if !a.all.Allow() {
+		return "new-maker-limited"
+	}
+	a.remember(maker, false)
+	return ""
+}
+
+// RefuseEarly reports why a gossiped book message authored by author
+// and relayed by from is ignored before its signatures are verified, or
+// "": an order (the only kind whose author is its maker) of a maker
+// admission would refuse now, whatever its content. It spends no token
+// and verifies nothing, so a Sybil's flood past the budgets costs a
+// replica gossipsub's own signature check and a map lookup, not a
+// second verify.
+func (b *Books) RefuseEarly(data []byte, author, from peer.ID) string {
+	b.mu.Lock()
+	refuse := ""
+	if !b.knownLocked(author.String(), from) {
+		a := b.adm
+		if a.all.Tokens() < 1 {
+			refuse = "new-maker-limited"
+		} else if l, ok := a.peers[from]; ok && l.Tokens() < 1 {
+			refuse = "new-maker-peer-limited"
+		}
+	}
+	b.mu.Unlock()
+	if refuse == "" {
+		return ""
+	}
+	var msg proto.BookMessage
+	if gproto.Unmarshal(data, &msg) != nil {
+		return "" // DecodeBook says why
+	}
+	if _, ok := msg.Body.(*proto.BookMessage_Order); !ok {
+		return ""
+	}
+	return refuse
+}
+
+// selfMaker reports whether maker is this node.
+func (b *Books) selfMaker(maker string) bool {
+	return b.cfg.Host != nil && maker == b.cfg.Host.ID().String()
+}
+
+// capLocked is how many orders maker may rest in one replica. Callers
+// hold b.mu.
+func (b *Books) capLocked(maker string) int {
+	if b.adm.cfg.Off || b.adm.known[maker] {
+		return MaxOrdersPerMaker
+	}
+	return MaxOrdersNewMaker
+}

@@ -1,0 +1,132 @@
+package exchange
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"testing"
+	"time"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/suanli/suanli/p2p"
+	"github.com/suanli/suanli/proto"
+)
+
+// sybilBids signs n valid bids, each by a brand new key, as book
+// messages with their authors' keys.
+func sybilBids(t *testing.T, n int) (data [][]byte, keys []crypto.PrivKey, ids []string) {
+	t.Helper()
+	now := time.Now()
+	for i := range n {
+		k, _, err := crypto.GenerateEd25519Key(rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, err := peer.IDFromPrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := &proto.Order{
+			Maker: []byte(pid), Side: proto.Side_SIDE_BID, Market: mkt, Currency: "USD", Quantity: 1, PriceMicros: 1000 + int64(i),
+			LeaseType: proto.LeaseType_LEASE_TYPE_ON_DEMAND, DurationS: 3600,
+			CreatedUnixMs: now.UnixMilli(), ExpiresUnixMs: now.Add(time.Hour).UnixMilli(), Nonce: uint64(i),
+		}
+		env, err := p2p.Seal(k, o, proto.MaxBookMessageSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := mustMarshal(t, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}})
+		ev, err := p2p.DecodeBook(msg, mkt, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, keys, ids = append(data, msg), append(keys, k), append(ids, ev.Order.ID)
+	}
+	return data, keys, ids
+}
+
+// TestSybilFloodStopsAtFirstHop: a hostile host H, linked to replica A
+// only, gossips 40 valid bids each signed by a fresh key (a Sybil); A
+// relays to B. A admits no more of H's new makers than the relaying
+// peer's budget (the rest ignored, counted new-maker-peer-limited, never
+// relayed), so B holds at most that many. An honest new maker N, linked
+// to A only, still gets its bid into B after the flood spent the budgets:
+// A admits it as its neighbour's own order, and B, whose gossip budget
+// for A is spent, gets it by reconciliation. Negative control: with
+// admission off, B holds the whole flood.
+func TestSybilFloodStopsAtFirstHop(t *testing.T) {
+	const flood, peerBurst = 40, 3
+	for _, off := range []bool{false, true} {
+		t.Run(fmt.Sprintf("off=%v", off), func(t *testing.T) {
+			adm := AdmissionConfig{Off: off, Rate: slow, Burst: 10, PeerRate: slow, PeerBurst: peerBurst}
+			a := newNetPeer(t, peerOpts{admission: adm})
+			b := newNetPeer(t, peerOpts{admission: adm, reconcile: 200 * time.Millisecond})
+			n := newNetPeer(t, peerOpts{admission: adm})
+			connect(t, a, b)
+			connect(t, n, a)
+			meshed(t, a, b)
+			meshed(t, n, a)
+
+			// The hostile host: a raw gossipsub peer of the topic, no
+			// validator of its own.
+			h := newNetPeer(t, peerOpts{noJoin: true})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			top, err := h.books.cfg.PubSub.Join(p2p.BookTopic(mkt))
+			if err != nil {
+				t.Fatal(err)
+			}
+			connect(t, h, a)
+			waitUntil(t, "the hostile host to see A in the topic", func() bool {
+				for _, p := range top.ListPeers() {
+					if p == a.h.ID() {
+						return true
+					}
+				}
+				return false
+			})
+			data, keys, ids := sybilBids(t, flood)
+			held := func(p *netPeer) (k int) {
+				for _, id := range ids {
+					if p.books.Holds(mkt, "USD", id) {
+						k++
+					}
+				}
+				return k
+			}
+			seenByA := func() int {
+				return held(a) + int(count(a.rejects, "book", "new-maker-peer-limited")+count(a.rejects, "book", "new-maker-limited"))
+			}
+			// In batches that gossipsub's outbound queue per peer (32)
+			// holds: a message it drops would never reach A.
+			for i := range data {
+				pid, _ := peer.IDFromPrivateKey(keys[i])
+				if err := top.Publish(ctx, data[i], pubsub.WithSecretKeyAndPeerId(keys[i], pid)); err != nil {
+					t.Fatal(err)
+				}
+				if i%10 == 9 {
+					waitUntil(t, "A to see the batch", func() bool { return seenByA() == i+1 })
+				}
+			}
+			if off {
+				waitUntil(t, "B to hold the whole flood", func() bool { return held(b) == flood })
+				return
+			}
+			if got := count(a.rejects, "book", "new-maker-peer-limited"); got != flood-peerBurst {
+				t.Errorf("A counted new-maker-peer-limited %v, want %d", got, flood-peerBurst)
+			}
+			env, ev := n.sealOrder(t, proto.Side_SIDE_BID, 1, 2_000, 77)
+			n.publish(t, env, ev, nil)
+			waitUntil(t, "B to hold the honest new maker's bid", func() bool { return b.books.Holds(mkt, "USD", ev.Order.ID) })
+			if got := held(a); got != peerBurst {
+				t.Errorf("A holds %d of the flood, want %d", got, peerBurst)
+			}
+			if got := held(b); got > peerBurst {
+				t.Errorf("B holds %d of the flood, want at most %d", got, peerBurst)
+			}
+		})
+	}
+}

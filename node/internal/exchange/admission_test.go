@@ -1,0 +1,165 @@
+package exchange
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"golang.org/x/time/rate"
+	gproto "google.golang.org/protobuf/proto"
+
+	"github.com/suanli/suanli/market"
+	"github.com/suanli/suanli/p2p"
+	"github.com/suanli/suanli/proto"
+)
+
+// slow is a refill rate no test outlives: the buckets give their burst
+// and then nothing, so what a test sees does not depend on its speed.
+const slow rate.Limit = 1e-9
+
+// Parties to trade's fill.
+const (
+	fillBuyer    = "buyer-x"
+	fillProvider = "provider-x"
+)
+
+// trade rests an ask of fillProvider in b and fills part of it for
+// fillBuyer.
+func trade(b *Books) {
+	b.Apply(mkt, orderEvent(ask("ask-x", fillProvider, 3, 2_000_000)))
+	f := market.Fill{ID: "fill-x", Market: mkt, Currency: "USD", BidID: "bid-x", AskID: "ask-x", Buyer: fillBuyer, Provider: fillProvider,
+		Quantity: 1, Price: 2_000_000, LeaseType: market.Spot, Time: t0}
+	b.ApplyFill(&p2p.BookEvent{Kind: p2p.KindFill, Fill: &f, Lease: &proto.Lease{Id: "lease-x"}, Raw: &proto.Fill{}})
+}
+
+// TestNewMakerAdmission: gossiped orders of makers a replica does not
+// know are admitted up to the relaying peer's budget (then
+// new-maker-peer-limited) and the replica's (then new-maker-limited),
+// ignored past them, never rejected; makers already known (an order
+// resting, a fill party, admitted before), a neighbour publishing its own
+// order and sync answers are not held to the gossip budgets. With
+// admission off the same flood is admitted (negative control).
+func TestNewMakerAdmission(t *testing.T) {
+	ctx := context.Background()
+	flood := func(b *Books, from peer.ID, prefix string, n int) (admitted int) {
+		for i := range n {
+			id := fmt.Sprintf("%s-%03d", prefix, i)
+			if b.checkFrom(ctx, from, bid(id, "fresh-"+id)) == pubsub.ValidationAccept {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	rejects := rejectsVec()
+	b := New(Config{Now: (&clock{t: t0}).now, Rejects: rejects, Admission: AdmissionConfig{
+		Rate: slow, Burst: 5, PeerRate: slow, PeerBurst: 3, SyncRate: slow, SyncBurst: 4}})
+	b.Apply(mkt, bid("resting", "known-maker"))
+	trade(b)
+
+	if got := flood(b, "relay-1", "a", 50); got != 3 {
+		t.Fatalf("one relaying peer's fresh makers admitted: %d, want its burst 3", got)
+	}
+	if got := count(rejects, "book", "new-maker-peer-limited"); got != 47 {
+		t.Errorf("new-maker-peer-limited = %v, want 47", got)
+	}
+	if got := flood(b, "relay-2", "b", 50); got != 2 {
+		t.Fatalf("another peer's fresh makers admitted: %d, want the replica's 2 left", got)
+	}
+	if got := count(rejects, "book", "new-maker-limited"); got != 48 {
+		t.Errorf("new-maker-limited = %v, want 48", got)
+	}
+	// Budgets spent: known makers still get in, whoever relays them.
+	for _, maker := range []string{"known-maker", "fresh-a-000", fillBuyer, fillProvider} {
+		if res := b.checkFrom(ctx, "relay-1", bid("more-"+maker, maker)); res != pubsub.ValidationAccept {
+			t.Errorf("known maker %s: %v, want Accept", maker, res)
+		}
+	}
+	// A neighbour's own order: its first hop admits it.
+	if res := b.checkFrom(ctx, "neighbour", bid("own", peer.ID("neighbour").String())); res != pubsub.ValidationAccept {
+		t.Errorf("a neighbour's own order: %v, want Accept", res)
+	}
+	// Sync and reconciliation have their own bucket.
+	if got := flood(b, "", "s", 10); got != 4 {
+		t.Errorf("fresh makers from sync answers: %d, want 4", got)
+	}
+
+	off := New(Config{Now: (&clock{t: t0}).now, Admission: AdmissionConfig{Off: true,
+		Rate: slow, Burst: 5, PeerRate: slow, PeerBurst: 3}})
+	if got := flood(off, "relay-1", "a", 50); got != 50 {
+		t.Fatalf("admission off: %d of 50 fresh makers admitted, want all", got)
+	}
+}
+
+// TestNewMakerCap: a maker not yet established rests MaxOrdersNewMaker
+// orders in a replica (then maker-full), and once a party to a fill up to
+// MaxOrdersPerMaker (past the cap a replica keeps the smallest IDs, as
+// TestMakerCap checks); with admission off the low cap is off too (negative
+// control).
+func TestNewMakerCap(t *testing.T) {
+	ctx := context.Background()
+	fill := func(b *Books, maker, prefix string) (held int) {
+		for i := range MaxOrdersPerMaker + 10 {
+			if b.apply(mkt, bid(fmt.Sprintf("%s%03d", prefix, i), maker)) {
+				held++
+			}
+		}
+		return held
+	}
+	rejects := rejectsVec()
+	b := New(Config{Now: (&clock{t: t0}).now, Rejects: rejects})
+	if got := fill(b, "newbie", "n"); got != MaxOrdersNewMaker {
+		t.Fatalf("a new maker rests %d orders, want %d", got, MaxOrdersNewMaker)
+	}
+	if res := b.check(ctx, bid("n999", "newbie")); res != pubsub.ValidationIgnore || count(rejects, "book", "maker-full") != 1 {
+		t.Errorf("a new maker's order past its cap: %v (maker-full %v), want Ignore, counted", res, count(rejects, "book", "maker-full"))
+	}
+	trade(b)
+	if got := fill(b, fillBuyer, "e"); got != MaxOrdersPerMaker {
+		t.Fatalf("an established maker rests %d orders, want %d", got, MaxOrdersPerMaker)
+	}
+	off := New(Config{Now: (&clock{t: t0}).now, Admission: AdmissionConfig{Off: true}})
+	if got := fill(off, "newbie", "n"); got != MaxOrdersPerMaker {
+		t.Fatalf("admission off: a new maker rests %d orders, want %d", got, MaxOrdersPerMaker)
+	}
+}
+
+// TestRefuseEarly: once a budget is spent, a gossiped order of an
+// unknown maker is refused before its signature is checked; a cancel or
+// fill is left to the full validation, a known maker's order is not
+// refused, and nothing is refused while the budgets have tokens
+// (negative control).
+func TestRefuseEarly(t *testing.T) {
+	order, err := gproto.Marshal(&proto.BookMessage{Body: &proto.BookMessage_Order{Order: []byte("sealed")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel, err := gproto.Marshal(&proto.BookMessage{Body: &proto.BookMessage_Cancel{Cancel: []byte("sealed")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := New(Config{Now: (&clock{t: t0}).now, Admission: AdmissionConfig{Rate: slow, Burst: 2, PeerRate: slow, PeerBurst: 1}})
+	if why := b.RefuseEarly(order, "sybil-0", "relay-1"); why != "" {
+		t.Fatalf("with tokens left: refused early (%s)", why)
+	}
+	if b.checkFrom(context.Background(), "relay-1", bid("x0", peer.ID("sybil-0").String())) != pubsub.ValidationAccept {
+		t.Fatal("first new maker of relay-1 not admitted")
+	}
+	if why := b.RefuseEarly(order, "sybil-1", "relay-1"); why != "new-maker-peer-limited" {
+		t.Errorf("relay-1's budget spent: %q, want new-maker-peer-limited", why)
+	}
+	if why := b.RefuseEarly(order, "sybil-1", "relay-2"); why != "" {
+		t.Errorf("another relay with tokens: refused early (%s)", why)
+	}
+	b.checkFrom(context.Background(), "relay-2", bid("x1", peer.ID("sybil-1").String()))
+	if why := b.RefuseEarly(order, "sybil-2", "relay-3"); why != "new-maker-limited" {
+		t.Errorf("replica's budget spent: %q, want new-maker-limited", why)
+	}
+	if why := b.RefuseEarly(cancel, "sybil-2", "relay-3"); why != "" {
+		t.Errorf("a cancel refused early (%s)", why)
+	}
+	if why := b.RefuseEarly(order, "sybil-0", "relay-3"); why != "" {
+		t.Errorf("an admitted maker refused early (%s)", why)
+	}
+}
