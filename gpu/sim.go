@@ -106,7 +106,20 @@ func SimModels() []string {
 // (whatever nonce is asked, the report is the sample's, made for its own
 // nonce). The Backend also implements Simulator.
 func OpenSim(model string, seed int64) (Backend, error) {
-	return openSim(model, seed, time.Now)
+	b, err := openSim(model, seed, time.Now)
+	if err != nil {
+		return nil, err // not a typed nil in a non-nil Backend
+	}
+	return b, nil
+}
+
+// OpenMachine opens the GPUs a daemon serves: the simulated machine
+// model (OpenSim) when model is not empty, else the real GPUs (Open).
+func OpenMachine(model string, seed int64) (Backend, error) {
+	if model != "" {
+		return OpenSim(model, seed)
+	}
+	return Open()
 }
 
 func openSim(model string, seed int64, now func() time.Time) (*simBackend, error) {

@@ -72,6 +72,16 @@ func TestOpenSimUnknownModel(t *testing.T) {
 	if b, err := OpenSim("dgx-nope", 1); err == nil || !strings.Contains(err.Error(), "dgxh100") {
 		t.Errorf("OpenSim(%q, 1) = %v, %v; want an error listing the models", "dgx-nope", b, err)
 	}
+	// A caller that keeps the Backend (a node deciding whether it is a
+	// provider by b != nil) must get a nil interface, not a typed nil.
+	if b, err := OpenMachine("dgx-nope", 1); err == nil || b != nil {
+		t.Errorf("OpenMachine(%q, 1) = %#v, %v; want a nil Backend and an error", "dgx-nope", b, err)
+	}
+	if b, err := OpenMachine("dgxa100", 1); err != nil || b == nil {
+		t.Fatalf("OpenMachine(dgxa100) = %v, %v", b, err)
+	} else {
+		b.Close()
+	}
 }
 
 func TestOpenSimIsSimulator(t *testing.T) {

@@ -32,7 +32,6 @@ import (
 	"github.com/suanli/suanli/node/internal/orders"
 	"github.com/suanli/suanli/node/internal/provider"
 	"github.com/suanli/suanli/node/internal/repo"
-	"github.com/suanli/suanli/node/internal/repofile"
 	"github.com/suanli/suanli/node/internal/resale"
 	"github.com/suanli/suanli/node/internal/store"
 	"github.com/suanli/suanli/node/internal/trade"
@@ -334,28 +333,8 @@ func New(opts ...Option) (_ *Node, err error) {
 	if o.logger == nil {
 		o.logger = slog.Default()
 	}
-	if o.autoInit {
-		if err := os.MkdirAll(o.repo, 0o700); err != nil {
-			return nil, fmt.Errorf("node: create repo: %w", err)
-		}
-	} else if !IsInitialized(o.repo) {
-		return nil, fmt.Errorf("%w at %s: run `suanli init`", ErrNotInitialized, o.repo)
-	}
-	// Lock before anything else: two daemons starting at once on a fresh
-	// repo must not both initialize it.
-	lock, err := repofile.Lock(o.repo)
+	lock, cfg, err := repo.Open(o.repo, o.autoInit, o.passphrase)
 	if err != nil {
-		return nil, err
-	}
-	if o.autoInit && !IsInitialized(o.repo) {
-		if _, err := InitRepo(o.repo, DefaultConfig(), o.passphrase); err != nil {
-			lock.Close()
-			return nil, err
-		}
-	}
-	cfg, err := LoadConfig(o.repo)
-	if err != nil {
-		lock.Close()
 		return nil, err
 	}
 	n := &Node{
@@ -455,28 +434,15 @@ func New(opts ...Option) (_ *Node, err error) {
 }
 
 func (n *Node) openGPUs(o options, cfg Config) {
-	sim := cmp.Or(o.gpuSim, cfg.GPUSim)
-	switch {
+	switch sim := cmp.Or(o.gpuSim, cfg.GPUSim); {
 	case o.noGPU:
 		n.noGPU = errors.New("started without GPUs (buyer only)")
 	case o.backend != nil:
 		n.gpus = o.backend
-	case sim != "":
-		b, err := gpu.OpenSim(sim, o.gpuSeed)
-		if err != nil {
-			n.noGPU = err
-			n.log.Warn("simulated GPUs unavailable; running as a buyer", "err", err)
-			return
-		}
-		n.gpus = b
 	default:
-		b, err := gpu.Open()
-		if err != nil {
-			n.noGPU = err
-			n.log.Info("no GPU found; running as a buyer", "reason", err)
-			return
+		if n.gpus, n.noGPU = gpu.OpenMachine(sim, o.gpuSeed); n.noGPU != nil {
+			n.log.Info("no GPUs to offer; running as a buyer", "reason", n.noGPU, "simulated", sim)
 		}
-		n.gpus = b
 	}
 }
 

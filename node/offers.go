@@ -2,13 +2,11 @@ package node
 
 import (
 	"context"
-	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node/api"
-	"github.com/suanli/suanli/node/internal/exchange"
 	"github.com/suanli/suanli/node/internal/lease"
 	"github.com/suanli/suanli/node/internal/provider"
 	"github.com/suanli/suanli/node/internal/view"
@@ -54,7 +52,7 @@ func (n *Node) Offers(ctx context.Context, q api.OfferQuery) (_ []api.OfferView,
 		}
 		offers = map[peer.ID]*proto.Offer{}
 	case "", api.OffersFromDHT:
-		offers, err = n.dhtOffers(ctx, key)
+		offers, err = n.offers.Find(ctx, key, api.ReadOnly(ctx))
 		if err != nil {
 			return nil, err
 		}
@@ -62,7 +60,7 @@ func (n *Node) Offers(ctx context.Context, q api.OfferQuery) (_ []api.OfferView,
 		return nil, api.BadRequest("from %q: want dht or book (or nothing for both)", q.From)
 	}
 	if q.From != api.OffersFromDHT {
-		n.bookOffers(key, now, offers)
+		n.offers.FromBook(n.books, key, offers)
 	}
 	list := make([]*proto.Offer, 0, len(offers))
 	for _, o := range offers {
@@ -78,63 +76,4 @@ func (n *Node) Offers(ctx context.Context, q api.OfferQuery) (_ []api.OfferView,
 		out = append(out, provider.WithCapacity(view.Offer(o, f), o, f, now))
 	}
 	return out, nil
-}
-
-// dhtOffers is the DHT's answer for key: warm from the cache, else a
-// lookup, else (nothing found) the offers kept in Badger.
-func (n *Node) dhtOffers(ctx context.Context, key string) (map[peer.ID]*proto.Offer, error) {
-	// A read-only request starts no lookup and no refresh: it gets the
-	// offers this node stored.
-	offers, warm := map[peer.ID]*proto.Offer{}, true
-	if !api.ReadOnly(ctx) {
-		offers, warm = n.offers.Warm(key)
-	}
-	if !warm {
-		var ferr error
-		offers, ferr = n.offers.Lookup(ctx, key, false)
-		if ferr != nil {
-			n.log.Debug("some offers could not be fetched", "err", ferr)
-		}
-	}
-	if len(offers) == 0 {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		n.offers.FromStore(offers)
-	}
-	return offers, nil
-}
-
-// bookOffers adds to into the unexpired offer of the maker of each open
-// ask in the replicas of market key (every market for p2p.AnyMarket) this
-// node keeps: the offers those asks were validated against when they
-// arrived (exchange.Offers caches them). A newer offer already in into
-// stays. A resale ask's maker is not a provider and adds nothing.
-func (n *Node) bookOffers(key string, now time.Time, into map[peer.ID]*proto.Offer) {
-	makers := map[string]bool{}
-	n.books.Each(func(r *exchange.Replica) {
-		if key != p2p.AnyMarket && r.Book.Market() != key {
-			return
-		}
-		for o := range r.Book.Orders(market.Ask) {
-			makers[o.Maker] = true
-		}
-	})
-	for m := range makers {
-		p, err := peer.Decode(m)
-		if err != nil {
-			continue
-		}
-		o := n.offers.Cached(p)
-		if p == n.host.ID() {
-			o = n.Published()
-		}
-		if o == nil || !time.UnixMilli(o.ExpiresUnixMs).After(now) {
-			continue
-		}
-		if have, ok := into[p]; ok && have.Seq >= o.Seq {
-			continue
-		}
-		into[p] = o
-	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -292,6 +293,68 @@ func (x *Offers) FromStore(into map[peer.ID]*proto.Offer) {
 	for p, env := range cached {
 		o, signer, err := x.cfg.Verified.OpenOffer(env, now)
 		if err != nil || signer != p {
+			continue
+		}
+		into[p] = o
+	}
+}
+
+// Find is the DHT's answer for key (a market key or p2p.AnyMarket):
+// warm from the cache, else a lookup, else (nothing found) the offers kept
+// in the store. With readOnly it starts no lookup and no refresh and
+// answers with the offers this node stored. Offers that could not be
+// fetched are logged, not returned as an error: the map holds the rest.
+func (x *Offers) Find(ctx context.Context, key string, readOnly bool) (map[peer.ID]*proto.Offer, error) {
+	offers, warm := map[peer.ID]*proto.Offer{}, true
+	if !readOnly {
+		offers, warm = x.Warm(key)
+	}
+	if !warm {
+		var ferr error
+		offers, ferr = x.Lookup(ctx, key, false)
+		if ferr != nil {
+			x.cfg.Log.Debug("some offers could not be fetched", "err", ferr)
+		}
+	}
+	if len(offers) == 0 {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		x.FromStore(offers)
+	}
+	return offers, nil
+}
+
+// FromBook adds to into the unexpired offer of the maker of each open ask
+// in the replicas of market key (every market for p2p.AnyMarket) that
+// books keeps: the offers those asks were validated against when they
+// arrived (RememberSealed caches them), and this node's own published
+// offer for its own asks. A newer offer already in into stays. A resale
+// ask's maker is not a provider and adds nothing.
+func (x *Offers) FromBook(books *Books, key string, into map[peer.ID]*proto.Offer) {
+	makers := map[string]bool{}
+	books.Each(func(r *Replica) {
+		if key != p2p.AnyMarket && r.Book.Market() != key {
+			return
+		}
+		for o := range r.Book.Orders(market.Ask) {
+			makers[o.Maker] = true
+		}
+	})
+	now := x.cfg.Now()
+	for m := range makers {
+		p, err := peer.Decode(m)
+		if err != nil {
+			continue
+		}
+		o := x.Cached(p)
+		if p == x.cfg.Self {
+			o = x.cfg.Published()
+		}
+		if o == nil || !time.UnixMilli(o.ExpiresUnixMs).After(now) {
+			continue
+		}
+		if have, ok := into[p]; ok && have.Seq >= o.Seq {
 			continue
 		}
 		into[p] = o

@@ -290,3 +290,35 @@ func ParseBootstrap(addrs []string) ([]peer.AddrInfo, error) {
 	}
 	return out, nil
 }
+
+// Open prepares the repo at dir for a daemon: it creates and initializes
+// it first with autoInit (default config, key encrypted with passphrase
+// when not empty), else refuses a directory that holds none
+// (ErrNotInitialized). It takes the repo's lock before initializing, so
+// two daemons starting at once on a fresh repo do not both initialize it,
+// and returns the lock, held, with the config.
+func Open(dir string, autoInit bool, passphrase []byte) (*os.File, Config, error) {
+	if autoInit {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, Config{}, fmt.Errorf("node: create repo: %w", err)
+		}
+	} else if !IsInitialized(dir) {
+		return nil, Config{}, fmt.Errorf("%w at %s: run `suanli init`", ErrNotInitialized, dir)
+	}
+	lock, err := repofile.Lock(dir)
+	if err != nil {
+		return nil, Config{}, err
+	}
+	if autoInit && !IsInitialized(dir) {
+		if _, err := Init(dir, DefaultConfig(), passphrase); err != nil {
+			lock.Close()
+			return nil, Config{}, err
+		}
+	}
+	cfg, err := Load(dir)
+	if err != nil {
+		lock.Close()
+		return nil, Config{}, err
+	}
+	return lock, cfg, nil
+}
