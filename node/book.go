@@ -105,6 +105,12 @@ func (n *Node) offerFor(po *proto.Order) []byte {
 		}
 		return n.offers.Sealed(peer.ID(l.Provider))
 	}
+	return n.ownSealed()
+}
+
+// ownSealed is this node's published offer, sealed (nil when it has none):
+// what travels with its asks and what it answers on p2p.OfferProtocol.
+func (n *Node) ownSealed() []byte {
 	return n.offers.OwnSealed(func(o *proto.Offer) ([]byte, error) { return p2p.SealOffer(n.key, o) })
 }
 

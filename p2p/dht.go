@@ -10,6 +10,7 @@ import (
 
 	dht "github.com/libp2p/go-libp2p-kad-dht"
 	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
 	"github.com/libp2p/go-libp2p/core/routing"
@@ -233,13 +234,75 @@ func (d *DHT) fetchBest(ctx context.Context, p peer.ID, now time.Time) (Found, e
 	return Found{Provider: p, Envelope: env, Offer: o}, nil
 }
 
-// fetch searches the DHT for a provider's offer and returns the first
-// record that validates and is signed by the provider, without waiting for
-// a quorum of answers: offers carry their own signature, seq and expiry, so
-// one valid record is a usable answer, and the caller keeps the newest seq
-// it has seen (records with a lower seq than one already held are
-// harmless: they expire). The search stops once it has an answer.
+// fetch gets a provider's offer: the first record that validates and is
+// signed by the provider, from whichever answers first of the provider
+// itself (OfferProtocol, when this host knows an address of it) and the
+// DHT's value search (search). Offers carry their own signature, seq and
+// expiry, so one valid record is a usable answer, and the caller keeps
+// the newest seq it has seen. The slower path is cancelled. When both
+// fail, the error is the DHT's (routing.ErrNotFound for no record), with
+// the direct request's reason beside it.
 func (d *DHT) fetch(ctx context.Context, p peer.ID, now time.Time) (Found, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		f      Found
+		err    error
+		direct bool
+	}
+	results := make(chan result, 2)
+	paths := 1
+	if p != d.h.ID() && (d.h.Network().Connectedness(p) == network.Connected || len(d.h.Peerstore().Addrs(p)) > 0) {
+		paths++
+		go func() {
+			f, err := d.fetchDirect(ctx, p, now)
+			results <- result{f, err, true}
+		}()
+	}
+	go func() {
+		f, err := d.search(ctx, p, now)
+		results <- result{f, err, false}
+	}()
+	var dhtErr, directErr error
+	for range paths {
+		r := <-results
+		if r.err == nil {
+			return r.f, nil
+		}
+		if r.direct {
+			directErr = r.err
+		} else {
+			dhtErr = r.err
+		}
+	}
+	if directErr != nil {
+		return Found{}, fmt.Errorf("%w (from the provider: %v)", dhtErr, directErr)
+	}
+	return Found{}, dhtErr
+}
+
+// fetchDirect asks p itself for its offer (RequestOffer) and checks it as
+// a DHT record is checked.
+func (d *DHT) fetchDirect(ctx context.Context, p peer.ID, now time.Time) (Found, error) {
+	env, err := RequestOffer(ctx, d.h, p)
+	if err != nil {
+		return Found{}, err
+	}
+	o, signer, err := OpenOffer(env, now)
+	if err == nil && signer != p {
+		err = fmt.Errorf("%w: asked for %s", ErrOfferSigner, p)
+	}
+	if err != nil {
+		return Found{}, err
+	}
+	return Found{Provider: p, Envelope: env, Offer: o}, nil
+}
+
+// search searches the DHT for a provider's offer and returns the first
+// record that validates and is signed by the provider, without waiting for
+// a quorum of answers (records with a lower seq than one already held are
+// harmless: they expire). The search stops once it has an answer.
+func (d *DHT) search(ctx context.Context, p peer.ID, now time.Time) (Found, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	vals, err := d.dht.SearchValue(ctx, proto.OfferKey(p))

@@ -1,0 +1,114 @@
+package p2p_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/routing"
+
+	"github.com/suanli/suanli/p2p"
+	"github.com/suanli/suanli/proto"
+)
+
+// TestFetchOfferDirect: a buyer gets a provider's offer from the provider
+// itself (OfferProtocol) even when the DHT holds no record of it, and
+// refuses what a peer serves signed by someone else.
+func TestFetchOfferDirect(t *testing.T) {
+	ctx := dhtContext(t)
+	nodes := newDHTNetwork(ctx, t, 3)
+	prov, thief, buyer := nodes[0], nodes[1], nodes[2]
+	env := seal(t, prov.key, liveOffer(prov, 7))
+
+	t.Run("no record anywhere", func(t *testing.T) {
+		// Nobody serves OfferProtocol yet and nothing was published: the
+		// error is the DHT's not-found, with the provider's reason beside it.
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err := buyer.d.FetchOfferFirst(cctx, prov.id())
+		if !errors.Is(err, routing.ErrNotFound) || !strings.Contains(err.Error(), "from the provider") {
+			t.Fatalf("FetchOfferFirst before the provider serves = %v, want not found (from the provider: ...)", err)
+		}
+	})
+
+	p2p.HandleOffer(prov.h, func() []byte { return env }, nil)
+	t.Run("from the provider", func(t *testing.T) {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		f, err := buyer.d.FetchOfferFirst(cctx, prov.id())
+		if err != nil {
+			t.Fatalf("FetchOfferFirst = %v, want the provider's own answer", err)
+		}
+		if f.Provider != prov.id() || f.Offer.Seq != 7 || !bytes.Equal(f.Envelope, env) {
+			t.Fatalf("FetchOfferFirst = %s seq %d, want %s seq 7 and its envelope", f.Provider, f.Offer.Seq, prov.id())
+		}
+	})
+
+	t.Run("another's offer is refused", func(t *testing.T) {
+		p2p.HandleOffer(thief.h, func() []byte { return env }, nil)
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		f, err := buyer.d.FetchOfferFirst(cctx, thief.id())
+		if err == nil || !strings.Contains(err.Error(), p2p.ErrOfferSigner.Error()) {
+			t.Fatalf("FetchOfferFirst(thief serving %s's offer) = %v, %v; want a wrong-signer refusal", prov.id(), f.Provider, err)
+		}
+	})
+}
+
+// TestHandleOfferLimits: one peer asking in a loop is answered at the
+// limiter's rate and each refusal is counted; a provider with no offer,
+// or an answer past proto.MaxOfferSize, gives ErrNoOffer or an error.
+func TestHandleOfferLimits(t *testing.T) {
+	ctx := dhtContext(t)
+	a, _ := newLoopbackHost(t)
+	b, k := newLoopbackHost(t)
+	connectMesh(ctx, t, a, b)
+	env := seal(t, k, &proto.Offer{Seq: 1})
+	var refused atomic.Int64
+	p2p.HandleOffer(b, func() []byte { return env }, func() { refused.Add(1) })
+
+	const asks = 20
+	start := time.Now()
+	got := 0
+	for range asks {
+		e, err := p2p.RequestOffer(ctx, a, b.ID())
+		if err == nil {
+			if !bytes.Equal(e, env) {
+				t.Fatalf("RequestOffer answered %d bytes, want the served envelope", len(e))
+			}
+			got++
+		}
+	}
+	elapsed := time.Since(start)
+	// Burst 4, then 1 a second.
+	if most := 4 + int(elapsed/time.Second) + 1; got > most || got < 4 {
+		t.Errorf("%d of %d asks answered in %v; want 4..%d", got, asks, elapsed, most)
+	}
+	if int(refused.Load()) != asks-got {
+		t.Errorf("refused counted %d, want %d", refused.Load(), asks-got)
+	}
+
+	// No offer: reset, ErrNoOffer.
+	c, _ := newLoopbackHost(t)
+	connectMesh(ctx, t, a, c)
+	p2p.HandleOffer(c, func() []byte { return nil }, nil)
+	if _, err := p2p.RequestOffer(ctx, a, c.ID()); !errors.Is(err, p2p.ErrNoOffer) {
+		t.Errorf("RequestOffer of a buyer = %v, want ErrNoOffer", err)
+	}
+
+	// A peer that writes past the bound is cut off by the asker.
+	d, _ := newLoopbackHost(t)
+	connectMesh(ctx, t, a, d)
+	d.SetStreamHandler(p2p.OfferProtocol, func(s network.Stream) {
+		defer s.Close()
+		s.Write(make([]byte, proto.MaxOfferSize+10))
+	})
+	if e, err := p2p.RequestOffer(ctx, a, d.ID()); err == nil || !strings.Contains(err.Error(), "more than") {
+		t.Errorf("RequestOffer of an oversized answer = %d bytes, %v; want a size error", len(e), err)
+	}
+}
