@@ -73,6 +73,7 @@ func TestUsageErrors(t *testing.T) {
 		{name: "evidence verify without file", args: []string{"--repo", repo, "evidence", "verify"}, wantErr: "needs --file"},
 		{name: "devnet zero providers", args: []string{"devnet", "--providers", "0"}, wantErr: "--providers and --buyers must be 1..200"},
 		{name: "simnet too few nodes", args: []string{"simnet", "--nodes", "3"}, wantErr: "simnet: 3 nodes, want 4..2000"},
+		{name: "simnet unknown model", args: []string{"simnet", "--model", "dgx-nope"}, wantErr: `simnet: model "dgx-nope", want one of dgxa100`},
 		{name: "simnet inter latency too high", args: []string{"simnet", "--inter", "50ms"}, wantErr: "want inter 0..40ms"},
 		{name: "simnet hostile share too high", args: []string{"simnet", "--attack", "--hostile", "0.9"}, wantErr: "simnet: attack share 0.9, want 0..0.5"},
 		{name: "gpus unknown sim model", args: []string{"gpus", "--gpu-sim", "dgxh999"}, wantErr: "want one of dgxa100"},

@@ -80,7 +80,7 @@ func (s *sim) startAttack(ctx context.Context, net *network, share float64) (int
 		if err != nil {
 			return 0, nil, err
 		}
-		top, err := ps.Join(p2p.BookTopic(Market))
+		top, err := ps.Join(p2p.BookTopic(s.market))
 		if err != nil {
 			return 0, nil, err
 		}
@@ -123,7 +123,7 @@ func (s *sim) flood(ctx context.Context, ids []*hostile) {
 		m := sent{key: h.key, id: h.id}
 		switch {
 		case h == valid && (k/len(ids))%2 == 0:
-			m.data = orderMsg(hostileBid(m.key, m.id))
+			m.data = orderMsg(hostileBid(s.market, m.key, m.id))
 			h.sent = append(h.sent, m)
 		case h == valid:
 			// A Sybil: a key made for this one message.
@@ -136,12 +136,12 @@ func (s *sim) flood(ctx context.Context, ids []*hostile) {
 				continue
 			}
 			m = sent{key: key, id: id}
-			m.data = orderMsg(hostileBid(key, id))
+			m.data = orderMsg(hostileBid(s.market, key, id))
 			h.sent = append(h.sent, m)
 		case h == ids[1%len(ids)]:
 			// Break the order's envelope: flip a byte near its end (the
 			// signature).
-			if env := hostileBid(m.key, m.id); env != nil {
+			if env := hostileBid(s.market, m.key, m.id); env != nil {
 				env[len(env)-3] ^= 0xff
 				m.data = orderMsg(env)
 			}
@@ -171,7 +171,7 @@ func (s *sim) heldOrders(net *network) []int {
 	out := []int{0}
 	for _, n := range net.nodes {
 		if n != nil {
-			_, orders, _ := n.BookDigest(Market, "USD")
+			_, orders, _ := n.BookDigest(s.market, "USD")
 			out = append(out, orders)
 		}
 	}
@@ -194,14 +194,14 @@ func orderMsg(env []byte) []byte {
 	return data
 }
 
-// hostileBid is a valid resting bid of the maker id (key's), sealed,
+// hostileBid is a valid resting bid in market mkt of the maker id (key's), sealed,
 // unique by its nonce.
-func hostileBid(key crypto.PrivKey, id peer.ID) []byte {
+func hostileBid(mkt string, key crypto.PrivKey, id peer.ID) []byte {
 	now := time.Now()
 	var nonce [8]byte
 	rand.Read(nonce[:])
 	o := &proto.Order{
-		Maker: []byte(id), Side: proto.Side_SIDE_BID, Market: Market, Currency: "USD", Quantity: 1,
+		Maker: []byte(id), Side: proto.Side_SIDE_BID, Market: mkt, Currency: "USD", Quantity: 1,
 		PriceMicros: 1000 + int64(nonce[0]), LeaseType: proto.LeaseType_LEASE_TYPE_SPOT, DurationS: 3600,
 		CreatedUnixMs: now.UnixMilli(), ExpiresUnixMs: now.Add(10 * time.Minute).UnixMilli(),
 		Nonce: binary.BigEndian.Uint64(nonce[:]),

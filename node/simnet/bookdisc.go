@@ -89,7 +89,7 @@ func (s *sim) lateDiscover(ctx context.Context, net *network, quiet *slog.Logger
 	defer cancel()
 	t0 := time.Now()
 	for {
-		offers, err := nd.Offers(dctx, api.OfferQuery{GPU: Market, From: api.OffersFromBook})
+		offers, err := nd.Offers(dctx, api.OfferQuery{GPU: s.market, From: api.OffersFromBook})
 		if err == nil && len(offers) >= net.providers {
 			return time.Since(t0), nil
 		}

@@ -56,13 +56,13 @@ func (s *sim) faults(ctx context.Context, net *network, rep *Report) error {
 			break
 		}
 		i := eastBuyers[k%len(eastBuyers)]
-		o, err := net.nodes[i].PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: Market, Count: 1, Price: fmt.Sprintf("0.%02d", 91+k%9), Duration: "1h", Expires: "10m"})
+		o, err := net.nodes[i].PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: s.market, Count: 1, Price: fmt.Sprintf("0.%02d", 91+k%9), Duration: "1h", Expires: "10m"})
 		if err != nil {
 			return fmt.Errorf("bid to cancel: %w", err)
 		}
 		cancels = append(cancels, cancelled{node: i, id: o.ID})
 	}
-	if err := waitEvery(ctx, time.Minute, 10*time.Millisecond, func() bool { return heldBy(net.nodes, cancels) == len(cancels)*len(net.nodes) }); err != nil {
+	if err := waitEvery(ctx, time.Minute, 10*time.Millisecond, func() bool { return heldBy(s.market, net.nodes, cancels) == len(cancels)*len(net.nodes) }); err != nil {
 		return fmt.Errorf("bids to cancel never reached every replica: %w", err)
 	}
 	s.log.Info("fault: partition east from west", "east", len(sides[0]), "west", len(sides[1]))
@@ -123,9 +123,9 @@ func (s *sim) faults(ctx context.Context, net *network, rep *Report) error {
 		}
 		return nil
 	})
-	converged := waitEvery(ctx, 3*time.Minute, 20*time.Millisecond, func() bool { return sameBooks(net.nodes) && heldBy(net.nodes, cancels) == 0 }) == nil
+	converged := waitEvery(ctx, 3*time.Minute, 20*time.Millisecond, func() bool { return sameBooks(s.market, net.nodes) && heldBy(s.market, net.nodes, cancels) == 0 }) == nil
 	rep.Converged = &converged
-	rep.CancelledLeft = heldBy(net.nodes, cancels)
+	rep.CancelledLeft = heldBy(s.market, net.nodes, cancels)
 	rep.add(Measure{Name: MeasureHealConverge, Stats: statsOf([]time.Duration{time.Since(t0)}),
 		Note: fmt.Sprintf("converged: %v (same open orders and fills on every replica, none holding the %d bids cancelled on one side)", converged, len(cancels))}, true)
 	if !converged {
@@ -193,13 +193,13 @@ func (s *sim) churn(ctx context.Context, net *network, rep *Report, rng *mrand.R
 		}
 		net.nodes[i] = nd
 		jctx, cancel := context.WithTimeout(ctx, time.Minute)
-		err = nd.JoinMarket(jctx, Market)
+		err = nd.JoinMarket(jctx, s.market)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("restarted node %d: join market: %w", i, err)
 		}
 	}
-	converged := waitEvery(ctx, 3*time.Minute, 20*time.Millisecond, func() bool { return sameBooks(net.nodes) }) == nil
+	converged := waitEvery(ctx, 3*time.Minute, 20*time.Millisecond, func() bool { return sameBooks(s.market, net.nodes) }) == nil
 	if rep.Converged != nil {
 		converged = converged && *rep.Converged
 	}
@@ -217,14 +217,14 @@ type cancelled struct {
 
 // heldBy counts the (replica, bid) pairs in which a live replica holds
 // one of the bids.
-func heldBy(nodes []*node.Node, bids []cancelled) int {
+func heldBy(mkt string, nodes []*node.Node, bids []cancelled) int {
 	n := 0
 	for _, nd := range nodes {
 		if nd == nil {
 			continue
 		}
 		for _, c := range bids {
-			if nd.HoldsOrder(Market, "USD", c.id) {
+			if nd.HoldsOrder(mkt, "USD", c.id) {
 				n++
 			}
 		}
@@ -232,12 +232,12 @@ func heldBy(nodes []*node.Node, bids []cancelled) int {
 	return n
 }
 
-// sameBooks reports whether every node's replica of Market has the same
+// sameBooks reports whether every node's replica of mkt has the same
 // open orders and fills.
-func sameBooks(nodes []*node.Node) bool {
+func sameBooks(mkt string, nodes []*node.Node) bool {
 	var first string
 	for i, n := range nodes {
-		d, _, _ := n.BookDigest(Market, "USD")
+		d, _, _ := n.BookDigest(mkt, "USD")
 		if i == 0 {
 			first = d
 		} else if d != first {

@@ -40,7 +40,7 @@ func (s *sim) measure(ctx context.Context, net *network, rep *Report) error {
 	for k := range min(cfg.Samples, len(buyers)) {
 		b := buyers[order[k]]
 		for pass := range 2 {
-			d, err := discover(ctx, b, net.providers)
+			d, err := discover(ctx, s.market, b, net.providers)
 			if err != nil {
 				if ctx.Err() != nil {
 					return err
@@ -69,7 +69,7 @@ func (s *sim) measure(ctx context.Context, net *network, rep *Report) error {
 	if err := parallel(len(net.nodes), 8, func(i int) error {
 		jctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
-		return net.nodes[i].JoinMarket(jctx, Market)
+		return net.nodes[i].JoinMarket(jctx, s.market)
 	}); err != nil {
 		return fmt.Errorf("simnet: join market: %w", err)
 	}
@@ -99,12 +99,12 @@ func (s *sim) measure(ctx context.Context, net *network, rep *Report) error {
 const discoverWait = 30 * time.Second
 
 // discover times Offers on b until it lists every provider.
-func discover(ctx context.Context, b *node.Node, want int) (time.Duration, error) {
+func discover(ctx context.Context, mkt string, b *node.Node, want int) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, discoverWait)
 	defer cancel()
 	t0 := time.Now()
 	for {
-		offers, err := b.Offers(ctx, api.OfferQuery{GPU: Market})
+		offers, err := b.Offers(ctx, api.OfferQuery{GPU: mkt})
 		if err != nil {
 			return 0, err
 		}
@@ -125,7 +125,7 @@ func (s *sim) propagate(ctx context.Context, net *network, b *node.Node, rng *mr
 	// Far under any ask, so it rests; the price makes the order unique.
 	price := fmt.Sprintf("0.%02d", 1+rng.IntN(90))
 	t0 := time.Now()
-	o, err := b.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: Market, Count: 1, Price: price, Duration: "1h", Expires: "10m"})
+	o, err := b.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: s.market, Count: 1, Price: price, Duration: "1h", Expires: "10m"})
 	if err != nil {
 		return 0, err
 	}
@@ -138,7 +138,7 @@ func (s *sim) propagate(ctx context.Context, net *network, b *node.Node, rng *mr
 	err = waitEvery(ctx, wait, pollEvery, func() bool {
 		keep := left[:0]
 		for _, n := range left {
-			if !n.HoldsOrder(Market, "USD", o.ID) {
+			if !n.HoldsOrder(s.market, "USD", o.ID) {
 				keep = append(keep, n)
 			}
 		}
@@ -162,7 +162,7 @@ func (s *sim) trades(ctx context.Context, net *network, rep *Report, rng *mrand.
 	}
 	var asks []string
 	for i := range net.providers {
-		o, err := net.nodes[i].PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: Market, Count: 4, Price: "2.00", Expires: "30m", MinDuration: "1s"})
+		o, err := net.nodes[i].PlaceOrder(ctx, api.OrderRequest{Side: "ask", Market: s.market, Count: 4, Price: "2.00", Expires: "30m", MinDuration: "1s"})
 		if err != nil {
 			return fmt.Errorf("simnet: ask: %w", err)
 		}
@@ -172,7 +172,7 @@ func (s *sim) trades(ctx context.Context, net *network, rep *Report, rng *mrand.
 	// which travels with the ask; count the replicas that got every ask.
 	holdAll := func(n *node.Node) bool {
 		for _, id := range asks {
-			if !n.HoldsOrder(Market, "USD", id) {
+			if !n.HoldsOrder(s.market, "USD", id) {
 				return false
 			}
 		}
@@ -207,7 +207,7 @@ func (s *sim) trades(ctx context.Context, net *network, rep *Report, rng *mrand.
 		// The taker's replica must hold an ask, or its bid would rest.
 		if err := waitFor(ctx, time.Minute, func() bool {
 			for _, id := range asks {
-				if b.HoldsOrder(Market, "USD", id) {
+				if b.HoldsOrder(s.market, "USD", id) {
 					return true
 				}
 			}
@@ -216,7 +216,7 @@ func (s *sim) trades(ctx context.Context, net *network, rep *Report, rng *mrand.
 			return fmt.Errorf("simnet: buyer never held an ask: %w", err)
 		}
 		t0 := time.Now()
-		bid, err := b.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: Market, Count: 1, Price: "2.50", Duration: "5s", Expires: "1m"})
+		bid, err := b.PlaceOrder(ctx, api.OrderRequest{Side: "bid", Market: s.market, Count: 1, Price: "2.50", Duration: "5s", Expires: "1m"})
 		if err != nil {
 			return fmt.Errorf("simnet: crossing bid: %w", err)
 		}

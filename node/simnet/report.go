@@ -63,17 +63,20 @@ type Measure struct {
 
 // Report is what a run measured.
 type Report struct {
-	Nodes       int       `json:"nodes"`
-	Regions     int       `json:"regions"`
-	RegionNames []string  `json:"region_names"`
-	Providers   int       `json:"providers"`
-	Intra       string    `json:"intra_latency"`
-	Inter       string    `json:"inter_latency"`
-	Samples     int       `json:"samples"`
-	Floors      Floors    `json:"floors"`
-	Measures    []Measure `json:"measures"`
-	Faults      []Measure `json:"faults,omitempty"`
-	Converged   *bool     `json:"converged,omitempty"`
+	Nodes       int      `json:"nodes"`
+	Regions     int      `json:"regions"`
+	RegionNames []string `json:"region_names"`
+	Providers   int      `json:"providers"`
+	// Model is the providers' simulated machine, Market its GPUs' market.
+	Model     string    `json:"model"`
+	Market    string    `json:"market"`
+	Intra     string    `json:"intra_latency"`
+	Inter     string    `json:"inter_latency"`
+	Samples   int       `json:"samples"`
+	Floors    Floors    `json:"floors"`
+	Measures  []Measure `json:"measures"`
+	Faults    []Measure `json:"faults,omitempty"`
+	Converged *bool     `json:"converged,omitempty"`
 	// FaultsError says why the fault runs stopped early, if they did.
 	FaultsError string `json:"faults_error,omitempty"`
 	// AskReplicasFull of AskReplicas replicas held every provider's ask
@@ -137,8 +140,8 @@ func (r *Report) add(m Measure, faults bool) {
 
 // Print writes the report as a table.
 func (r *Report) Print(w io.Writer) {
-	fmt.Fprintf(w, "simnet: %d nodes (%d providers) in %d regions %v, latency %s intra / %s inter (one way), %d samples per measure\n",
-		r.Nodes, r.Providers, r.Regions, r.RegionNames, r.Intra, r.Inter, r.Samples)
+	fmt.Fprintf(w, "simnet: %d nodes (%d providers, %s in %s) in %d regions %v, latency %s intra / %s inter (one way), %d samples per measure\n",
+		r.Nodes, r.Providers, r.Model, r.Market, r.Regions, r.RegionNames, r.Intra, r.Inter, r.Samples)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "measure\tn\tp50 ms\tp95 ms\tp99 ms\tfloor\tfloor ms\tratio\tgoal\t")
 	row := func(m Measure) {

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -27,14 +28,17 @@ import (
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 	ma "github.com/multiformats/go-multiaddr"
 
+	"github.com/suanli/suanli/gpu"
 	"github.com/suanli/suanli/node"
+	"github.com/suanli/suanli/node/devnet"
 )
 
 // DefaultRegions are the first regions nodes are spread over, round robin:
 // two "east" (low latency, near users) and two "west" (cheap compute).
 var DefaultRegions = []string{"CN-SH", "CN-GZ", "CN-NM", "CN-GZ-W"}
 
-// Market is the market every simulated provider trades in (dgxh100).
+// Market is the market the simulated providers trade in with the default
+// model (dgxh100); Config.Model chooses another.
 const Market = "nvidia-h100-sxm5-80gb"
 
 // Config sizes a simulation. Zero values take the defaults written on each
@@ -69,6 +73,11 @@ type Config struct {
 	// (each connection costs a simulated host ~50 KiB: gossipsub's and
 	// the mocknet's goroutines per stream).
 	ConnHigh int
+	// Model is the simulated machine every provider has (gpu.SimModels);
+	// default "dgxh100", whose offers carry eight GPUs' confidential-
+	// computing evidence (≈ 60 KB sealed). "dgxa100" offers carry none
+	// (≈ 3 KB): the market is then nvidia-a100-sxm4-40gb.
+	Model string
 	// Dir holds the nodes' repos; empty: a temporary directory, removed.
 	Dir string
 	// MemProfile, when set, is called after the core measures (after a
@@ -108,7 +117,12 @@ func (c *Config) defaults() error {
 	if c.ConnHigh == 0 {
 		c.ConnHigh = DefaultConnHigh
 	}
+	if c.Model == "" {
+		c.Model = "dgxh100"
+	}
 	switch {
+	case devnet.MarketOf(c.Model) == "":
+		return fmt.Errorf("simnet: model %q, want one of %s", c.Model, strings.Join(gpu.SimModels(), ", "))
 	case c.Nodes < 4 || c.Nodes > 2000:
 		return fmt.Errorf("simnet: %d nodes, want 4..2000", c.Nodes)
 	case c.Regions < 1 || c.Regions > 64 || c.Regions > c.Nodes:
@@ -153,6 +167,7 @@ func RegionName(r int) string {
 // sim is one running simulation: the mocknet and its peers' regions.
 type sim struct {
 	cfg    Config
+	market string // the market of cfg.Model's GPUs
 	log    *slog.Logger
 	mn     mocknet.Mocknet
 	region map[peer.ID]int
@@ -166,7 +181,7 @@ func newSim(cfg Config) *sim {
 	// Links made later (LinkPeers) take these defaults; per-pair latency is
 	// set on each link after it is made.
 	mn.SetLinkDefaults(mocknet.LinkOptions{Latency: cfg.Inter})
-	return &sim{cfg: cfg, log: cfg.Logger, mn: mn, region: map[peer.ID]int{}, live: map[peer.ID]bool{}}
+	return &sim{cfg: cfg, market: devnet.MarketOf(cfg.Model), log: cfg.Logger, mn: mn, region: map[peer.ID]int{}, live: map[peer.ID]bool{}}
 }
 
 // latency is the one-way latency between two regions.
@@ -310,7 +325,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	start := time.Now()
 	s := newSim(cfg)
 	defer s.close()
-	rep := &Report{Nodes: cfg.Nodes, Regions: cfg.Regions, Providers: cfg.providers(),
+	rep := &Report{Nodes: cfg.Nodes, Regions: cfg.Regions, Providers: cfg.providers(), Model: cfg.Model, Market: s.market,
 		Intra: cfg.Intra.String(), Inter: cfg.Inter.String(), Samples: cfg.Samples}
 	for r := range cfg.Regions {
 		rep.RegionNames = append(rep.RegionNames, RegionName(r))
@@ -466,7 +481,7 @@ func (s *sim) startNodes(ctx context.Context, dir string) (*network, error) {
 			o = append(o, node.WithBootstrap(b...))
 		}
 		if i < net.providers {
-			o = append(o, node.WithGPUSim("dgxh100", int64(i+1)), node.WithPrice("2.49", "USD"))
+			o = append(o, node.WithGPUSim(s.cfg.Model, int64(i+1)), node.WithPrice("2.49", "USD"))
 		} else {
 			o = append(o, node.WithoutGPU())
 		}

@@ -25,6 +25,9 @@ func TestRunSmall(t *testing.T) {
 	if testing.Verbose() {
 		rep.Print(os.Stderr)
 	}
+	if rep.Model != "dgxh100" || rep.Market != Market {
+		t.Errorf("report model %q market %q, want the default dgxh100 in %s", rep.Model, rep.Market, Market)
+	}
 	f := rep.Floors
 	for name, st := range map[string]Stats{"find-providers": f.FindProviders, "gossip": f.Gossip, "rtt intra": f.RTTIntra, "rtt inter": f.RTTInter} {
 		if st.Count != samples || st.P50 <= 0 {
@@ -108,5 +111,23 @@ func TestRunAttack(t *testing.T) {
 		if m, ok := rep.Measure(name); !ok || m.Stats.Count != samples || m.Floor <= 0 {
 			t.Errorf("measure %q = %+v, want %d samples beside a floor", name, m, samples)
 		}
+	}
+}
+
+// TestConfigModel: the model picks the providers' machine and the market
+// every measure trades in; an unknown one is refused before anything runs.
+func TestConfigModel(t *testing.T) {
+	c := Config{Model: "dgxa100"}
+	if err := c.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	s := newSim(c)
+	defer s.close()
+	if s.market != "nvidia-a100-sxm4-40gb" {
+		t.Errorf("dgxa100's market = %q, want nvidia-a100-sxm4-40gb", s.market)
+	}
+	c = Config{Model: "dgx-nope"}
+	if err := c.defaults(); err == nil {
+		t.Error("an unknown model was accepted")
 	}
 }
