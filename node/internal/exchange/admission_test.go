@@ -163,3 +163,50 @@ func TestRefuseEarly(t *testing.T) {
 		t.Errorf("an admitted maker refused early (%s)", why)
 	}
 }
+
+// FuzzRefuseEarly feeds RefuseEarly any bytes, author and relay once the
+// replica's new-maker budget is spent. It must not panic or spend a
+// token, and it may refuse only what decodes as an order of a maker the
+// replica does not know, relayed by someone other than that maker, with
+// the replica's reason; everything else is left to the full validation
+// (DecodeBook says why the rest is bad).
+func FuzzRefuseEarly(f *testing.F) {
+	order, err := gproto.Marshal(&proto.BookMessage{Body: &proto.BookMessage_Order{Order: []byte("sealed")}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	cancel, err := gproto.Marshal(&proto.BookMessage{Body: &proto.BookMessage_Cancel{Cancel: []byte("sealed")}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(order, "sybil", "relay")
+	f.Add(order, "first", "relay")
+	f.Add(order, "self-relayed", "self-relayed")
+	f.Add(cancel, "sybil", "relay")
+	f.Add([]byte{}, "", "")
+	f.Add(order[:len(order)-2], "sybil", "relay") // truncated
+	f.Add([]byte{0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f}, "sybil", "relay")
+	f.Fuzz(func(t *testing.T, data []byte, author, from string) {
+		b := New(Config{Now: (&clock{t: t0}).now, Admission: AdmissionConfig{Rate: slow, Burst: 1, PeerRate: slow, PeerBurst: 1}})
+		if b.checkFrom(context.Background(), "relay-0", bid("x0", peer.ID("first").String())) != pubsub.ValidationAccept {
+			t.Fatal("the first new maker was not admitted")
+		}
+		before := b.adm.all.Tokens()
+		why := b.RefuseEarly(data, peer.ID(author), peer.ID(from))
+		if after := b.adm.all.Tokens(); after < before-1e-6 {
+			t.Fatalf("RefuseEarly spent a token: %v -> %v", before, after)
+		}
+		var msg proto.BookMessage
+		isOrder := false
+		if gproto.Unmarshal(data, &msg) == nil {
+			_, isOrder = msg.Body.(*proto.BookMessage_Order)
+		}
+		want := "new-maker-limited"
+		if !isOrder || author == "first" || (from != "" && from == author) {
+			want = ""
+		}
+		if why != want {
+			t.Fatalf("RefuseEarly(%x, %q, %q) = %q, want %q", data, author, from, why, want)
+		}
+	})
+}
