@@ -365,15 +365,7 @@ func (b *Books) syncOnPeer(mkt string, evh *pubsub.TopicEventHandler, synced boo
 // answer can be a replica's whole book, and asking costs nothing.
 func (b *Books) AnswerSync(from peer.ID, mkt string) ([]*proto.BookMessage, error) {
 	b.mu.Lock()
-	l, ok := b.syncers[from]
-	if !ok {
-		if len(b.syncers) > 10_000 {
-			clear(b.syncers)
-		}
-		l = rate.NewLimiter(syncAnswerRate, syncAnswerBurst)
-		b.syncers[from] = l
-	}
-	allowed := l.Allow()
+	allowed := allowIn(b.syncers, from, syncAnswerRate, syncAnswerBurst)
 	b.mu.Unlock()
 	if !allowed {
 		b.reject("sync-request", "rate-limited")
