@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"iter"
 	"time"
+	"unsafe"
 )
 
 // Book errors. Each is returned wrapped with detail; Reason labels them.
@@ -108,8 +109,14 @@ type Book struct {
 	expiry     []expItem            // min-heap by (exp, seq); stale items are skipped
 	seq        uint64
 
-	tombs memory[tombKeys] // dead orders, and fills seen before their order
-	fills memory[struct{}] // applied fill IDs
+	tombs memory[unsafe.Pointer] // dead orders, and fills seen before their order (see tombRec)
+	fills memory[struct{}]       // applied fill IDs
+
+	// deadKeys holds the client keys of the dead orders remembered with
+	// one, by slot (tombRec's aux - 1); deadFree the free slots. Most
+	// dead orders have none, so the ring's records hold no room for one.
+	deadKeys []string
+	deadFree []uint32
 
 	last    Fill // the latest applied fill by (Time, ID)
 	hasLast bool
@@ -187,17 +194,81 @@ type tomb struct {
 	key    string // the dead order's client key
 }
 
-// tombKeys is what a dead order's record keeps besides the fields every
-// record has room for (state, side, filled: see memRec).
-type tombKeys struct {
-	maker string
-	key   string
+// tombRec is a dead order's record in the replay memory: v is its maker's
+// bytes, and meta's bits above the memory's hold its state, side, the
+// maker's length and aux: for tombEarly the GPUs already filled, for the
+// others 1 + the slot of its client key in deadKeys (0: none; an early
+// tomb, made from fills, has no key).
+type tombRec = memRec[unsafe.Pointer]
+
+const (
+	tombStateShift = 16 // 2 bits
+	tombSideShift  = 18 // 2 bits
+	tombMakerShift = 24 // 8 bits: MaxMakerLen fits
+	tombAuxShift   = 32
+)
+
+func recState(r *tombRec) tombState { return tombState(r.meta >> tombStateShift & 3) }
+func recSide(r *tombRec) Side       { return Side(r.meta >> tombSideShift & 3) }
+func recMaker(r *tombRec) string {
+	return unsafe.String((*byte)(r.v), int(r.meta>>tombMakerShift&0xff))
+}
+func recAux(r *tombRec) uint32 { return uint32(r.meta >> tombAuxShift) }
+
+// recFilled is what an early tomb's fills took of the order.
+func recFilled(r *tombRec) uint32 { return recAux(r) }
+
+// addFilled adds q GPUs to an early tomb (checkLeg keeps the sum within
+// MaxOrderQuantity).
+func addFilled(r *tombRec, q uint32) { r.meta += uint64(q) << tombAuxShift }
+
+// recKey returns a dead order's client key.
+func (b *Book) recKey(r *tombRec) string {
+	if recState(r) == tombEarly || recAux(r) == 0 {
+		return ""
+	}
+	return b.deadKeys[recAux(r)-1]
 }
 
-// setTomb stores t in r.
-func setTomb(r *memRec[tombKeys], t tomb) {
-	r.state, r.side, r.filled = t.state, t.side, t.filled
-	r.v = tombKeys{maker: t.maker, key: t.key}
+// setTomb stores t in r, a record just put.
+func (b *Book) setTomb(r *tombRec, t tomb) {
+	aux := uint64(t.filled)
+	if t.key != "" {
+		if t.state == tombEarly {
+			panic("market: an early tomb with a client key")
+		}
+		var slot uint32
+		if n := len(b.deadFree); n > 0 {
+			slot = b.deadFree[n-1]
+			b.deadFree = b.deadFree[:n-1]
+			b.deadKeys[slot] = t.key
+		} else {
+			slot = uint32(len(b.deadKeys))
+			b.deadKeys = append(b.deadKeys, t.key)
+		}
+		aux = uint64(slot) + 1
+	}
+	if len(t.maker) > 0xff {
+		panic("market: maker too long for a tomb") // validated first: MaxMakerLen
+	}
+	r.v = unsafe.Pointer(unsafe.StringData(t.maker))
+	r.meta = r.meta&metaMine | uint64(t.state)<<tombStateShift | uint64(t.side)<<tombSideShift |
+		uint64(len(t.maker))<<tombMakerShift | aux<<tombAuxShift
+}
+
+// freeTomb releases a dead order's record as it is deleted or dropped;
+// a dropped one's client key is forgotten.
+func (b *Book) freeTomb(r *tombRec, dropped bool) {
+	key := b.recKey(r)
+	if key == "" {
+		return
+	}
+	slot := recAux(r) - 1
+	b.deadKeys[slot] = ""
+	b.deadFree = append(b.deadFree, slot)
+	if dropped {
+		b.dropKey(recMaker(r), key, r.ID())
+	}
 }
 
 // NewBook returns an empty book for market (a market key) priced in currency.
@@ -222,7 +293,7 @@ func NewBook(market, currency string, opts ...BookOption) (*Book, error) {
 			return nil, err
 		}
 	}
-	b.tombs = newMemory(b.limit, b.hash, func(r *memRec[tombKeys]) { b.dropKey(r.v.maker, r.v.key, r.id) })
+	b.tombs = newMemory(b.limit, b.hash, b.freeTomb)
 	b.fills = newMemory[struct{}](b.limit, b.hash, nil)
 	return b, nil
 }
@@ -302,7 +373,7 @@ func (b *Book) early(o *Order) uint64 {
 // prior returns what of o (handle h) is already filled by fills seen before
 // it, and ErrDuplicate if the book holds it or remembers it as dead. rec is
 // the memory's record of o's ID, nil if it has none (expired or not).
-func (b *Book) prior(o *Order, h uint64) (filled uint32, rec *memRec[tombKeys], err error) {
+func (b *Book) prior(o *Order, h uint64) (filled uint32, rec *tombRec, err error) {
 	if b.orders.get(h, o.ID) != nil {
 		return 0, nil, ErrDuplicate
 	}
@@ -310,11 +381,11 @@ func (b *Book) prior(o *Order, h uint64) (filled uint32, rec *memRec[tombKeys], 
 	if !live {
 		return 0, rec, nil
 	}
-	if rec.state != tombEarly {
+	if recState(rec) != tombEarly {
 		return 0, rec, ErrDuplicate
 	}
-	if rec.side == o.Side && rec.v.maker == o.Maker {
-		return rec.filled, rec, nil
+	if recSide(rec) == o.Side && recMaker(rec) == o.Maker {
+		return recFilled(rec), rec, nil
 	}
 	return 0, rec, nil
 }
@@ -532,7 +603,7 @@ func (b *Book) remove(e *entry) {
 // kill removes e and remembers its ID (and client key) until its expiry.
 func (b *Book) kill(e *entry, state tombState) {
 	r := b.tombs.put(e.h, e.o.ID, e.exp, !e.tombed)
-	setTomb(r, tomb{state: state, side: e.o.Side, maker: e.o.Maker, key: e.o.ClientKey})
+	b.setTomb(r, tomb{state: state, side: e.o.Side, maker: e.o.Maker, key: e.o.ClientKey})
 	if e.o.ClientKey != "" {
 		b.keys[clientKey{e.o.Maker, e.o.ClientKey}] = e.o.ID
 	}
@@ -542,7 +613,7 @@ func (b *Book) kill(e *entry, state tombState) {
 // bury remembers a dead order (handle h) until exp; fresh says the memory
 // holds no record of it.
 func (b *Book) bury(id string, h uint64, exp int64, fresh bool, t tomb) {
-	setTomb(b.tombs.put(h, id, exp, fresh), t)
+	b.setTomb(b.tombs.put(h, id, exp, fresh), t)
 	if t.key != "" {
 		b.keys[clientKey{t.maker, t.key}] = id
 	}

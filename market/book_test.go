@@ -6,10 +6,12 @@ import (
 	"hash/maphash"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func newTestBook(t testing.TB, opts ...BookOption) *Book {
@@ -138,7 +140,7 @@ func checkBook(b *Book) error {
 		if e := b.orders.get(h, id); e != nil && e.o.ClientKey == ck.key && e.o.Maker == ck.maker {
 			continue
 		}
-		if i, _, seq := b.tombs.find(h, id); i >= 0 && b.tombs.rec(seq).v.key == ck.key && b.tombs.rec(seq).v.maker == ck.maker {
+		if i, _, seq := b.tombs.find(h, id); i >= 0 && b.recKey(b.tombs.rec(seq)) == ck.key && recMaker(b.tombs.rec(seq)) == ck.maker {
 			continue
 		}
 		return fmt.Errorf("client key %q of %s names %s, which the book does not know", ck.key, ck.maker, id)
@@ -146,8 +148,53 @@ func checkBook(b *Book) error {
 	if err := b.tombs.check(b.hash); err != nil {
 		return fmt.Errorf("dead orders: %w", err)
 	}
+	if err := b.checkTombs(); err != nil {
+		return fmt.Errorf("dead orders: %w", err)
+	}
 	if err := b.fills.check(b.hash); err != nil {
 		return fmt.Errorf("fills: %w", err)
+	}
+	return nil
+}
+
+// checkTombs verifies the dead orders' records beyond the memory's own
+// checks: state and side valid, and the client-key slots: each slot in use
+// named by exactly one live record (not an early tomb), each free slot
+// empty and named by none.
+func (b *Book) checkTombs() error {
+	m := &b.tombs
+	named := make([]int, len(b.deadKeys))
+	for seq := m.head; seq != m.tail; seq++ {
+		r := m.rec(seq)
+		if r.dead() {
+			continue
+		}
+		st, sd := recState(r), recSide(r)
+		if st < tombCancelled || st > tombEarly || (sd != Bid && sd != Ask) {
+			return fmt.Errorf("record %q: state %d, side %d", r.ID(), st, sd)
+		}
+		if recMaker(r) == "" {
+			return fmt.Errorf("record %q: no maker", r.ID())
+		}
+		if st != tombEarly && recAux(r) != 0 {
+			slot := int(recAux(r)) - 1
+			if slot >= len(named) || b.deadKeys[slot] == "" {
+				return fmt.Errorf("record %q names key slot %d of %d, empty or none", r.ID(), slot, len(named))
+			}
+			named[slot]++
+		}
+	}
+	free := map[uint32]bool{}
+	for _, slot := range b.deadFree {
+		if int(slot) >= len(named) || free[slot] || b.deadKeys[slot] != "" {
+			return fmt.Errorf("free key slot %d: out of range, twice free or holding %q", slot, b.deadKeys[min(int(slot), len(named)-1)])
+		}
+		free[slot] = true
+	}
+	for slot, n := range named {
+		if n > 1 || (n == 0) != free[uint32(slot)] {
+			return fmt.Errorf("key slot %d: named by %d records, free %v", slot, n, free[uint32(slot)])
+		}
 	}
 	return nil
 }
@@ -171,20 +218,17 @@ func (m *memory[V]) check(hash func(string) uint64) error {
 	for seq := m.head; seq != m.tail; seq++ {
 		rec := m.rec(seq)
 		if rec.dead() {
-			if rec.link != linkDead {
-				return fmt.Errorf("deleted record %q: link %#x", rec.id, rec.link)
-			}
 			gone++
 			continue
 		}
 		live++
-		h := hash(rec.id)
-		i, j, got := m.find(h, rec.id)
+		h := hash(rec.ID())
+		i, j, got := m.find(h, rec.ID())
 		if i < 0 || got != seq {
-			return fmt.Errorf("record %q not indexed", rec.id)
+			return fmt.Errorf("record %q not indexed", rec.ID())
 		}
-		if dist := (uint32(i) - slotTag(h)) & mask; min(dist, distFar) != rec.dist() || uint32(m.buckets[i].s[j]>>32) != slotTag(h) {
-			return fmt.Errorf("record %q indexed %d buckets from home, says %d", rec.id, dist, rec.dist())
+		if dist := (uint32(i) - slotTag(h)) & mask; (dist > 0) != rec.passed() || uint32(m.buckets[i].s[j]>>32) != slotTag(h) {
+			return fmt.Errorf("record %q indexed %d buckets from home, says passed %v", rec.ID(), dist, rec.passed())
 		}
 	}
 	slots := 0
@@ -199,8 +243,8 @@ func (m *memory[V]) check(hash func(string) uint64) error {
 				continue
 			}
 			slots++
-			if r := m.rec(seq); r.dead() || slotTag(hash(r.id)) != uint32(s>>32) {
-				return fmt.Errorf("bucket %d: a live slot names record %q, deleted or another handle's", i, r.id)
+			if r := m.rec(seq); r.dead() || slotTag(hash(r.ID())) != uint32(s>>32) {
+				return fmt.Errorf("bucket %d: a live slot names record %q, deleted or another handle's", i, r.ID())
 			}
 			for k := uint32(s>>32) & mask; k != uint32(i); k = (k + 1) & mask {
 				passed[k]++
@@ -897,17 +941,11 @@ func TestReplayMemory(t *testing.T) {
 		dead bool
 	}
 	seed := maphash.MakeSeed()
-	defer func(far uint32) { distFar = far }(distFar)
 	for _, tc := range []struct {
 		limit int
 		tags  uint64 // distinct tags among handles; 0: all the hash gives
-		far   uint32 // distFar, lowered so that far records are searched for; 0: the default
-	}{{1, 0, 0}, {3, 0, 0}, {64, 0, 0}, {100, 0, 0}, {1000, 0, 0}, {100, 3, 0}, {1000, 5, 0}, {1000, 40, 0}, {1000, 5, 1}, {1000, 40, 2}, {100, 3, 3}} {
+	}{{1, 0}, {3, 0}, {64, 0}, {100, 0}, {1000, 0}, {100, 3}, {1000, 5}, {1000, 40}} {
 		limit := tc.limit
-		distFar = linkDead - 1
-		if tc.far > 0 {
-			distFar = tc.far
-		}
 		// With few tags, many IDs share a home bucket: buckets fill up
 		// and slots are stored past them.
 		hash := func(id string) uint64 {
@@ -919,7 +957,16 @@ func TestReplayMemory(t *testing.T) {
 		}
 		rng := rand.New(rand.NewPCG(3, uint64(limit)+tc.tags<<32))
 		var dropped []string
-		m := newMemory(limit, hash, func(r *memRec[int]) { dropped = append(dropped, r.id) })
+		freed, puts := 0, 0 // records handed to onFree (dropped or deleted), and put
+		m := newMemory(limit, hash, func(r *memRec[int], drop bool) {
+			if r.dead() {
+				t.Fatalf("limit %d: record %q freed twice", limit, r.ID())
+			}
+			freed++
+			if drop {
+				dropped = append(dropped, r.ID())
+			}
+		})
 		var model []rec
 		swept := int64(minTime)
 		lookup := func(id string) (rec, bool) {
@@ -952,6 +999,7 @@ func TestReplayMemory(t *testing.T) {
 				}
 				model = append(model, rec{id: id, exp: exp, v: step})
 				dropped = nil
+				puts++
 				m.put(h, id, exp, fresh && rng.IntN(2) == 0).v = step
 				if !slices.Equal(dropped, want) {
 					t.Fatalf("limit %d step %d: put(%s) dropped %q, want %q", limit, step, id, dropped, want)
@@ -1000,11 +1048,28 @@ func TestReplayMemory(t *testing.T) {
 			if m.len() != live || m.live+m.gone != len(model) {
 				t.Fatalf("limit %d step %d: len() = %d of %d, want %d of %d", limit, step, m.len(), m.live+m.gone, live, len(model))
 			}
+			if puts-freed != live {
+				t.Fatalf("limit %d step %d: %d records put, %d freed, %d live", limit, step, puts, freed, live)
+			}
+			if step%1000 == 0 {
+				runtime.GC() // the records hold their IDs' bytes alive by pointer alone
+			}
 			if step%97 == 0 {
 				if err := m.check(hash); err != nil {
 					t.Fatalf("limit %d step %d: %v", limit, step, err)
 				}
 			}
 		}
+	}
+}
+
+// TestRecordSizes holds the replay memory's records at the sizes its
+// benchmarks were measured with: a dead order's 32 bytes, a fill's 24.
+func TestRecordSizes(t *testing.T) {
+	if n := unsafe.Sizeof(tombRec{}); n != 32 {
+		t.Errorf("dead order's record: %d bytes, want 32", n)
+	}
+	if n := unsafe.Sizeof(memRec[struct{}]{}); n != 24 {
+		t.Errorf("fill's record: %d bytes, want 24", n)
 	}
 }

@@ -3,6 +3,7 @@ package market
 import (
 	"hash/maphash"
 	"slices"
+	"unsafe"
 )
 
 // Order and fill IDs are CID strings on the wire; inside a Book each is
@@ -129,13 +130,13 @@ func (t *liveTable) del(h uint64, e *entry) {
 // steady state.
 type memory[V any] struct {
 	limit      int
-	hash       func(string) uint64 // an ID's handle: for the records stored past home
-	onDrop     func(*memRec[V])    // called with each record dropped that was not deleted
-	blocks     [][]memRec[V]       // the ring (limit records), allocated as used
-	head, tail uint64              // arrival numbers: oldest held, next
-	hpos, tpos int                 // their positions in the ring
-	live, gone int                 // records held and not deleted; deleted ones still in the ring
-	swept      int64               // records with exp <= swept are forgotten
+	hash       func(string) uint64              // an ID's handle: for the records stored past home
+	onFree     func(r *memRec[V], dropped bool) // called with each record as it is deleted (dropped false) or dropped undeleted
+	blocks     [][]memRec[V]                    // the ring (limit records), allocated as used
+	head, tail uint64                           // arrival numbers: oldest held, next
+	hpos, tpos int                              // their positions in the ring
+	live, gone int                              // records held and not deleted; deleted ones still in the ring
+	swept      int64                            // records with exp <= swept are forgotten
 
 	buckets []memBucket // a power of two of them, or none yet
 	clean   int         // the next bucket to clear of stale slots
@@ -161,36 +162,50 @@ const memSlots = 7
 // after a doubling (2.5 of 7) hardly any.
 const memLoad = 5
 
-// memRec is one record of the ring: 32 bytes plus V (64 for a dead
-// order, 32 for a fill), so fewer fresh pages and lines to write per ID.
-// It keeps no handle: a hit is confirmed by the ID itself, and the few
-// records stored past their home bucket hash their ID again when dropped.
-// state, side and filled are the dead-order memory's (see tomb); in the
-// fill memory they stay zero, filling what would be padding.
+// memRec is one record of the ring: 24 bytes plus V (a dead order's
+// record is 32 bytes, a fill's 24), so fewer fresh pages and lines to
+// write per ID. It keeps no handle and no string header: the ID is its
+// bytes' address (the caller's string, immutable, kept alive by this
+// pointer) and its length, in meta; a hit is confirmed by the ID itself,
+// and the few records stored past their home bucket hash their ID again
+// when dropped, to find their slot. meta's low 16 bits are the memory's
+// (the ID's length, whether the record is deleted, whether its slot is
+// past its home bucket); the rest are its user's (see tombRec).
 type memRec[V any] struct {
-	v      V // first: a zero-size V at the end would be padded
-	id     string
-	exp    int64
-	link   uint16 // buckets between home and slot (saturating at distFar), | linkDead once deleted
-	state  tombState
-	side   Side
-	filled uint32
+	v    V              // first: a zero-size V at the end would be padded
+	id   unsafe.Pointer // the ID's bytes
+	exp  int64
+	meta uint64
 }
 
-const linkDead = 1 << 15
+const (
+	metaIDLen  = 0xff   // the ID's length (MaxOrderIDLen fits)
+	metaDead   = 1 << 8 // deleted
+	metaPassed = 1 << 9 // the slot is past its home bucket
+	metaMine   = 0xffff // the memory's bits; the rest are the user's
+)
 
-// distFar is the most buckets past its home a record notes; a record
-// stored farther notes distFar and its slot is searched for when it is
-// dropped. A variable only so that TestReplayMemory can lower it.
-var distFar uint32 = linkDead - 1
+// ID returns the record's ID.
+func (r *memRec[V]) ID() string { return unsafe.String((*byte)(r.id), int(r.meta&metaIDLen)) }
 
-func (r *memRec[V]) dead() bool { return r.link&linkDead != 0 }
+// idIs reports whether the record's ID is id.
+func (r *memRec[V]) idIs(id string) bool {
+	return int(r.meta&metaIDLen) == len(id) && unsafe.String((*byte)(r.id), len(id)) == id
+}
 
-// dist is how many buckets past its home r's slot is, or distFar.
-func (r *memRec[V]) dist() uint32 { return uint32(r.link &^ linkDead) }
+func (r *memRec[V]) dead() bool { return r.meta&metaDead != 0 }
 
-// setDist notes a live record's distance from home.
-func (r *memRec[V]) setDist(d uint32) { r.link = uint16(min(d, distFar)) }
+// passed reports whether r's slot is stored past its home bucket.
+func (r *memRec[V]) passed() bool { return r.meta&metaPassed != 0 }
+
+// setPassed notes whether a live record's slot is past its home bucket
+// (dist buckets).
+func (r *memRec[V]) setPassed(dist uint32) {
+	r.meta &^= metaPassed
+	if dist > 0 {
+		r.meta |= metaPassed
+	}
+}
 
 const (
 	memBlockShift = 12
@@ -204,8 +219,8 @@ const (
 	cleanCycle = 1 << 30
 )
 
-func newMemory[V any](limit int, hash func(string) uint64, onDrop func(*memRec[V])) memory[V] {
-	return memory[V]{limit: limit, hash: hash, onDrop: onDrop, swept: minTime, blocks: make([][]memRec[V], (limit+memBlock-1)/memBlock)}
+func newMemory[V any](limit int, hash func(string) uint64, onFree func(*memRec[V], bool)) memory[V] {
+	return memory[V]{limit: limit, hash: hash, onFree: onFree, swept: minTime, blocks: make([][]memRec[V], (limit+memBlock-1)/memBlock)}
 }
 
 func slotTag(h uint64) uint32 { return uint32(h>>32) | 1<<31 }
@@ -237,7 +252,7 @@ func (m *memory[V]) find(h uint64, id string) (int, int, uint64) {
 				continue
 			}
 			if seq, ok := m.seqOf(s); ok {
-				if r := m.rec(seq); !r.dead() && r.id == id {
+				if r := m.rec(seq); !r.dead() && r.idIs(id) {
 					return int(i), j, seq
 				}
 			}
@@ -269,31 +284,29 @@ func (m *memory[V]) lookup(h uint64, id string) (*memRec[V], bool) {
 func (m *memory[V]) del(h uint64, id string) {
 	if i, j, seq := m.find(h, id); i >= 0 {
 		r := m.rec(seq)
-		m.unpass(r, seq) // first: a far record's slot is searched for
+		m.unpass(r, seq) // first: its slot is searched for
 		m.buckets[i].s[j] = 0
-		r.link = linkDead
+		if m.onFree != nil {
+			m.onFree(r, false)
+		}
+		r.meta |= metaDead
 		m.live--
 		m.gone++
 	}
 }
 
 // unpass takes r's slot (record seq) off the counts of the buckets it
-// passed.
+// passed. Only a record stored past its home bucket (~5% of them at the
+// index's load) has any: its slot is searched for from home.
 func (m *memory[V]) unpass(r *memRec[V], seq uint64) {
-	d := r.dist()
-	if d == 0 {
+	if !r.passed() {
 		return
 	}
-	tag := slotTag(m.hash(r.id))
+	tag := slotTag(m.hash(r.ID()))
 	mask := uint32(len(m.buckets) - 1)
 	i := tag & mask
-	if d == distFar {
-		// Farther than the record notes: find its slot.
-		word := uint64(tag)<<32 | uint64(uint32(seq))
-		for d = 0; !slices.Contains(m.buckets[(i+d)&mask].s[:], word); d++ {
-		}
-	}
-	for range d {
+	word := uint64(tag)<<32 | uint64(uint32(seq))
+	for !slices.Contains(m.buckets[i].s[:], word) {
 		m.buckets[i].passed--
 		i = (i + 1) & mask
 	}
@@ -318,14 +331,17 @@ func (m *memory[V]) put(h uint64, id string, exp int64, fresh bool) *memRec[V] {
 		*blk = populate(make([]memRec[V], min(memBlock, m.limit-pos)))
 	}
 	r := &(*blk)[pos&(memBlock-1)]
-	r.id, r.exp = id, exp
+	if len(id) > metaIDLen {
+		panic("market: replay memory: ID too long") // callers validate IDs first
+	}
+	r.id, r.exp, r.meta = unsafe.Pointer(unsafe.StringData(id)), exp, uint64(len(id))
 	seq := m.tail
 	m.tail++
 	m.live++
 	if m.live > memLoad*len(m.buckets) {
 		m.resize(m.grown())
 	}
-	r.setDist(m.index(h, seq))
+	r.setPassed(m.index(h, seq))
 	if m.tail&m.cleanMask == 0 {
 		m.cleanBucket()
 	}
@@ -360,7 +376,7 @@ func (m *memory[V]) cleanBucket() {
 }
 
 // popHead drops the oldest record (its slot goes stale by itself), telling
-// onDrop unless it had been deleted.
+// onFree unless it had been deleted.
 func (m *memory[V]) popHead() {
 	r := &m.blocks[m.hpos>>memBlockShift][m.hpos&(memBlock-1)]
 	if m.hpos++; m.hpos == m.limit {
@@ -372,8 +388,8 @@ func (m *memory[V]) popHead() {
 	} else {
 		m.live--
 		m.unpass(r, m.head-1)
-		if m.onDrop != nil {
-			m.onDrop(r)
+		if m.onFree != nil {
+			m.onFree(r, true)
 		}
 	}
 	*r = memRec[V]{}
@@ -430,8 +446,8 @@ func (m *memory[V]) touch(h uint64) uint64 {
 }
 
 // resize rebuilds the index with n buckets, leaving stale slots out, and
-// records each live record's new distance from its home. It reads the old
-// index in order and the ring only where a distance changed: rehashing
+// notes in each live record whether its slot is now past home. It reads
+// the old index in order and the ring only where that changed: rehashing
 // from the records would cost a cache miss each.
 func (m *memory[V]) resize(n int) {
 	old := m.buckets
@@ -448,10 +464,10 @@ func (m *memory[V]) resize(n int) {
 				continue
 			}
 			// The slot's tag is all index needs of the handle: the
-			// record itself is read only if its distance changed.
+			// record itself is read only if it moved to or from home.
 			was := (uint32(i) - uint32(s>>32)) & oldMask
-			if dist := m.index(s&^0xffffffff, seq); dist != was {
-				m.rec(seq).setDist(dist)
+			if dist := m.index(s&^0xffffffff, seq); (dist > 0) != (was > 0) {
+				m.rec(seq).setPassed(dist)
 			}
 		}
 	}

@@ -87,14 +87,14 @@ func (b *Book) MatchAppend(dst []Match, o *Order, now time.Time) ([]Match, error
 		if e := b.orders.get(h, o.ID); e != nil {
 			want = e.remaining
 		} else if rec, ok := b.tombs.get(h, o.ID); ok {
-			if rec.state != tombEarly {
+			if recState(rec) != tombEarly {
 				return dst, ErrDuplicate
 			}
-			if rec.side == o.Side && rec.v.maker == o.Maker {
-				if rec.filled >= want {
+			if recSide(rec) == o.Side && recMaker(rec) == o.Maker {
+				if recFilled(rec) >= want {
 					return dst, ErrDuplicate
 				}
-				want -= rec.filled
+				want -= recFilled(rec)
 			}
 		}
 	}
@@ -396,16 +396,15 @@ func (b *Book) checkLeg(e *entry, h uint64, id string, side Side, maker string, 
 	if !ok {
 		return nil
 	}
-	t := rec
-	if t.side != side || t.v.maker != maker {
-		return fmt.Errorf("%w: order %s is %s's %s", ErrBadFill, id, t.v.maker, t.side)
+	if s, m := recSide(rec), recMaker(rec); s != side || m != maker {
+		return fmt.Errorf("%w: order %s is %s's %s", ErrBadFill, id, m, s)
 	}
-	switch t.state {
+	switch recState(rec) {
 	case tombFilled:
 		return fmt.Errorf("%w: order %s is already filled", ErrOverfill, id)
 	case tombEarly:
-		if uint64(t.filled)+uint64(q) > MaxOrderQuantity {
-			return fmt.Errorf("%w: %d GPUs already filled on unseen order %s", ErrOverfill, t.filled, id)
+		if f := recFilled(rec); uint64(f)+uint64(q) > MaxOrderQuantity {
+			return fmt.Errorf("%w: %d GPUs already filled on unseen order %s", ErrOverfill, f, id)
 		}
 	}
 	return nil
@@ -417,11 +416,11 @@ func (b *Book) applyLeg(e *entry, h uint64, id string, side Side, maker string, 
 		return
 	}
 	rec, ok := b.tombs.get(h, id)
-	if ok && rec.state != tombEarly {
+	if ok && recState(rec) != tombEarly {
 		return // cancelled: the print stands, the book has nothing to reduce
 	}
 	if ok {
-		rec.filled += f.Quantity
+		addFilled(rec, f.Quantity)
 		return
 	}
 	b.bury(id, h, f.Time.UnixNano()+int64(fillMemory), false, tomb{state: tombEarly, side: side, maker: maker, filled: f.Quantity})
