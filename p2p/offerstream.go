@@ -51,19 +51,13 @@ func HandleOffer(h host.Host, own func() []byte, refused func()) {
 	h.SetStreamHandler(OfferProtocol, func(s network.Stream) {
 		defer s.Close()
 		s.SetDeadline(time.Now().Add(offerStreamTimeout))
-		from := s.Conn().RemotePeer()
 		mu.Lock()
-		l, ok := askers[from]
-		if !ok {
-			if len(askers) > 10_000 {
-				clear(askers)
-			}
-			l = rate.NewLimiter(offerAnswerRate, offerAnswerBurst)
-			askers[from] = l
-		}
-		allowed := l.Allow()
+		allowed := AllowIn(askers, s.Conn().RemotePeer(), offerAnswerRate, offerAnswerBurst)
 		mu.Unlock()
-		env := own()
+		var env []byte
+		if allowed {
+			env = own()
+		}
 		if !allowed || len(env) == 0 || len(env) > proto.MaxOfferSize {
 			if !allowed && refused != nil {
 				refused()

@@ -5,6 +5,7 @@ import (
 	"golang.org/x/time/rate"
 	gproto "google.golang.org/protobuf/proto"
 
+	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
 
@@ -193,7 +194,7 @@ func (b *Books) admitLocked(maker string, from peer.ID) string {
 	if a.all.Tokens() < 1 {
 		return "new-maker-limited"
 	}
-	if !allowIn(a.peers, from, a.cfg.PeerRate, a.cfg.PeerBurst) {
+	if !p2p.AllowIn(a.peers, from, a.cfg.PeerRate, a.cfg.PeerBurst) {
 		return "new-maker-peer-limited"
 	}
 	if !a.all.Allow() {

@@ -359,7 +359,7 @@ func (b *Books) Joined(mkt string) bool {
 func (b *Books) allow(maker string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return allowIn(b.limiters, maker, orderRate, orderBurst)
+	return p2p.AllowIn(b.limiters, maker, orderRate, orderBurst)
 }
 
 // allowAuthor is allow for the author of a gossip message, whatever it
@@ -368,23 +368,7 @@ func (b *Books) allow(maker string) bool {
 func (b *Books) allowAuthor(author peer.ID) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return allowIn(b.authors, author, authorRate, authorBurst)
-}
-
-// allowIn spends one token of key's limiter in m, made at r and burst on
-// first use. A map past 100,000 keys starts over, so fresh keys cannot
-// grow it without bound (a forgotten key gets a full bucket again). The
-// caller holds b.mu.
-func allowIn[K comparable](m map[K]*rate.Limiter, key K, r rate.Limit, burst int) bool {
-	l, ok := m[key]
-	if !ok {
-		if len(m) > 100_000 {
-			clear(m)
-		}
-		l = rate.NewLimiter(r, burst)
-		m[key] = l
-	}
-	return l.Allow()
+	return p2p.AllowIn(b.authors, author, authorRate, authorBurst)
 }
 
 func (b *Books) reject(kind, reason string) {

@@ -365,7 +365,7 @@ func (b *Books) syncOnPeer(mkt string, evh *pubsub.TopicEventHandler, synced boo
 // answer can be a replica's whole book, and asking costs nothing.
 func (b *Books) AnswerSync(from peer.ID, mkt string) ([]*proto.BookMessage, error) {
 	b.mu.Lock()
-	allowed := allowIn(b.syncers, from, syncAnswerRate, syncAnswerBurst)
+	allowed := p2p.AllowIn(b.syncers, from, syncAnswerRate, syncAnswerBurst)
 	b.mu.Unlock()
 	if !allowed {
 		b.reject("sync-request", "rate-limited")

@@ -375,7 +375,7 @@ func (b *Books) ReconcileWith(ctx context.Context, mkt string, p peer.ID) (Recon
 // joined market and at most reconcileRate a second per peer.
 func (b *Books) answerReconcile(c *p2p.ReconcileConn) {
 	b.mu.Lock()
-	allowed := allowIn(b.reconc, c.Peer(), reconcileRate, reconcileBurst)
+	allowed := p2p.AllowIn(b.reconc, c.Peer(), reconcileRate, reconcileBurst)
 	b.mu.Unlock()
 	if !allowed {
 		b.reject("reconcile-request", "rate-limited")
