@@ -212,6 +212,7 @@ type Books struct {
 	states   map[string]*Replica       // by market + "/" + currency
 	tombs    map[string]*tombs         // by market
 	retries  map[string]*retry         // asks whose offer was not found yet, by order ID
+	retryNew chan struct{}             // wakes retryLoop when retries gets its first ask
 	reconc   map[peer.ID]*rate.Limiter // by peer asking to reconcile
 	rkick    chan struct{}             // a reconciliation is due soon
 	topics   map[string]*pubsub.Topic
@@ -248,6 +249,7 @@ func New(cfg Config) *Books {
 		states:   map[string]*Replica{},
 		tombs:    map[string]*tombs{},
 		retries:  map[string]*retry{},
+		retryNew: make(chan struct{}, 1),
 		reconc:   map[peer.ID]*rate.Limiter{},
 		topics:   map[string]*pubsub.Topic{},
 		joined:   map[string]time.Time{},

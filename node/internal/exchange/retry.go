@@ -46,6 +46,10 @@ func (b *Books) deferAsk(ev *p2p.BookEvent) {
 		return
 	}
 	b.retries[ev.Order.ID] = &retry{ev: ev, wait: retryFirst, next: now.Add(retryFirst)}
+	select {
+	case b.retryNew <- struct{}{}:
+	default:
+	}
 }
 
 // Retrying is how many asks wait for their offer.
@@ -55,12 +59,23 @@ func (b *Books) Retrying() int {
 	return len(b.retries)
 }
 
-// retryLoop runs the due retries until the Books' context ends.
+// retryLoop runs the due retries until the Books' context ends. With no
+// ask waiting it sleeps until one is queued: a ticker that runs idle in
+// every node costs little in one daemon, but 1,000 simulated nodes in one
+// process woke 4,000 times a second for nothing.
 func (b *Books) retryLoop() {
 	defer b.wg.Done()
 	t := time.NewTicker(retryTick)
 	defer t.Stop()
 	for {
+		if b.Retrying() == 0 {
+			select {
+			case <-b.ctx.Done():
+				return
+			case <-b.retryNew:
+			}
+			t.Reset(retryTick)
+		}
 		select {
 		case <-b.ctx.Done():
 			return
