@@ -92,6 +92,7 @@ type Manager struct {
 
 	mu          sync.Mutex
 	runs        map[string]*Run
+	runAdded    chan struct{} // wakes redialLoop when runs gets its first lease
 	executors   map[string]executor.Executor
 	unpaidGrace time.Duration // 0: market.DefaultUnpaidGrace intervals
 	withhold    bool          // test hook: never countersign
@@ -165,7 +166,7 @@ func New(c Config) *Manager {
 		host: c.Host, key: c.Key, store: c.Store, clock: c.Clock, log: c.Log, metrics: c.Metrics, gpus: c.GPUs,
 		hooks: c.Hooks, ctx: c.Ctx, spawn: c.Spawn,
 		logs: leaseLogs{limit: c.LogCap, used: map[string]int64{}},
-		runs: map[string]*Run{}, executors: c.Executors, unpaidGrace: c.Grace, withhold: c.Withhold,
+		runs: map[string]*Run{}, runAdded: make(chan struct{}, 1), executors: c.Executors, unpaidGrace: c.Grace, withhold: c.Withhold,
 	}
 }
 
@@ -203,6 +204,7 @@ func (m *Manager) Start() error {
 		m.mu.Lock()
 		m.runs[id] = r
 		m.mu.Unlock()
+		m.wakeRedial()
 		m.addPeerAddrs(r)
 		if r.ml.State == market.LeaseClosed && !m.leaseUnsettled(r, now) {
 			continue
@@ -385,6 +387,7 @@ func (m *Manager) FromFill(ev *p2p.BookEvent) {
 	}
 	m.runs[terms.Id] = r
 	m.mu.Unlock()
+	m.wakeRedial()
 	start := time.UnixMilli(terms.StartUnixMs)
 	if role == market.RoleProvider {
 		r.exec, _ = executor.ReserveExecutor{}.Start(m.ctx, executor.Workload{LeaseID: terms.Id, GPUs: terms.Gpus})

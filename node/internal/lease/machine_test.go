@@ -198,6 +198,7 @@ func (p *party) put(t testing.TB, lt *proto.Lease, role market.Role, s state) *R
 	p.m.mu.Lock()
 	p.m.runs[lt.Id] = r
 	p.m.mu.Unlock()
+	p.m.wakeRedial() // as every path that adds a run does
 	return r
 }
 

@@ -203,8 +203,9 @@ func (m *Manager) ResoldClosed(id string, at time.Time) {
 // node's benchmarks of what reads the leases.
 func (m *Manager) Adopt(r *Run) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	m.runs[r.id] = r
+	m.mu.Unlock()
+	m.wakeRedial()
 }
 
 // Receipts is lease id's stored chain, each signature checked.
