@@ -89,6 +89,11 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// StampBits is the work of a simulated node's maker stamp (4096 hashes;
+// a real daemon's is p2p.DefaultStampBits). The hostile peers are charged
+// for their stamps at the real work (Config.AttackCores).
+const StampBits = 12
+
 func (c *Config) defaults() error {
 	if c.Nodes == 0 {
 		c.Nodes = 100
@@ -469,7 +474,7 @@ func (s *sim) startNodes(ctx context.Context, dir string) (*network, error) {
 			node.WithAPI(""), node.WithLogger(quiet), node.WithOfferTTL(10 * time.Minute),
 			node.WithBillingInterval(cfg.BillingInterval),
 			node.WithRegion(RegionName(i % cfg.Regions)),
-			node.WithSmallStore(),
+			node.WithSmallStore(), node.WithStampBits(StampBits),
 		}
 		var b []string
 		for j, a := range boot {
