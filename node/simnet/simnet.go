@@ -67,6 +67,11 @@ type Config struct {
 	// flood the market's topic, and measures honest propagation and
 	// crossing again while they do. At most 0.5.
 	Attack float64
+	// AttackCores is how many cores of their own the hostile peers grind
+	// maker stamps on, each charged the real work (p2p.DefaultStampBits,
+	// stampCost): they get AttackCores/stampCost stamped identities a
+	// second. Default: one per hostile host.
+	AttackCores float64
 	// ConnHigh is each simulated host's connection manager's high
 	// watermark (it trims back to a third of it). Default DefaultConnHigh,
 	// a real node's; a lower one holds less per node at large sizes
@@ -179,6 +184,7 @@ type sim struct {
 	live   map[peer.ID]bool // hosts added and not removed
 	all    []*cmHost        // every host added, for close
 	mu     sync.Mutex
+	stamps *stampBudget // the hostile peers' stamps (attack.go)
 }
 
 func newSim(cfg Config) *sim {

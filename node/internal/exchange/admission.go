@@ -241,7 +241,11 @@ func (b *Books) admitLocked(maker string, from peer.ID, stamp []byte) string {
 		a.remember(maker, false)
 		return ""
 	}
-	all, peers, r, burst, why, whyPeer := a.lane(b.stamped(maker, stamp))
+	id, err := peer.Decode(maker)
+	if err != nil {
+		id = peer.ID(maker) // tests' makers: the stamp binds the raw bytes
+	}
+	all, peers, r, burst, why, whyPeer := a.lane(b.stamped(id, stamp))
 	if all.Tokens() < 1 {
 		return why
 	}
@@ -256,12 +260,8 @@ func (b *Books) admitLocked(maker string, from peer.ID, stamp []byte) string {
 }
 
 // stamped reports whether stamp proves the admission's work for maker.
-func (b *Books) stamped(maker string, stamp []byte) bool {
-	id, err := peer.Decode(maker)
-	if err != nil {
-		id = peer.ID(maker) // tests' makers: the stamp binds the raw bytes
-	}
-	return len(stamp) > 0 && p2p.VerifyStamp(id, stamp, b.adm.cfg.StampBits)
+func (b *Books) stamped(maker peer.ID, stamp []byte) bool {
+	return len(stamp) > 0 && p2p.VerifyStamp(maker, stamp, b.adm.cfg.StampBits)
 }
 
 // establishedLocked reports whether maker is held to orderRate and
@@ -311,7 +311,7 @@ func (b *Books) RefuseEarly(data []byte, author, from peer.ID) string {
 	if slow {
 		return "new-maker-rate-limited"
 	}
-	stamped := b.stamped(maker, msg.MakerStamp) // one hash, no lock
+	stamped := b.stamped(author, msg.MakerStamp) // one hash, no lock
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	all, peers, _, _, why, whyPeer := b.adm.lane(stamped)
