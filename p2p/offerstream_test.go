@@ -49,6 +49,52 @@ func TestFetchOfferDirect(t *testing.T) {
 		}
 	})
 
+	t.Run("the provider is asked before the DHT", func(t *testing.T) {
+		// The DHT holds an older record (seq 6) than the provider serves
+		// (seq 7). The search starts only when the provider has not
+		// answered within DirectHedge, so a provider that answers gives
+		// its own, newer offer every time. (With both started at once,
+		// as before the hedge, a fetch could return either.) Three
+		// fetches: the provider answers a peer 4 times in a burst and the
+		// subtest above used one.
+		if err := prov.d.PublishOffer(ctx, seal(t, prov.key, liveOffer(prov, 6)), []string{h100}); err != nil {
+			t.Fatalf("PublishOffer(seq 6) = %v", err)
+		}
+		for i := range 3 {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			f, err := buyer.d.FetchOfferFirst(cctx, prov.id())
+			cancel()
+			if err != nil || f.Offer.Seq != 7 {
+				t.Fatalf("fetch %d: FetchOfferFirst = seq %v, %v; want the provider's seq 7", i, f.Offer.GetSeq(), err)
+			}
+		}
+	})
+
+	t.Run("a silent provider: the DHT answers after the hedge", func(t *testing.T) {
+		// The provider accepts the request and never answers: the DHT's
+		// record is the answer, once DirectHedge has passed.
+		stall := make(chan struct{})
+		defer close(stall)
+		prov.h.SetStreamHandler(p2p.OfferProtocol, func(s network.Stream) {
+			defer s.Reset()
+			select {
+			case <-stall:
+			case <-ctx.Done():
+			}
+		})
+		defer p2p.HandleOffer(prov.h, func() []byte { return env }, nil)
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		start := time.Now()
+		f, err := buyer.d.FetchOfferFirst(cctx, prov.id())
+		if err != nil || f.Offer.Seq != 6 {
+			t.Fatalf("FetchOfferFirst of a silent provider = seq %v, %v; want the DHT's seq 6", f.Offer.GetSeq(), err)
+		}
+		if took := time.Since(start); took < p2p.DirectHedge {
+			t.Errorf("answered in %v, before the hedge of %v: the DHT was searched at once", took, p2p.DirectHedge)
+		}
+	})
+
 	t.Run("another's offer is refused", func(t *testing.T) {
 		p2p.HandleOffer(thief.h, func() []byte { return env }, nil)
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)

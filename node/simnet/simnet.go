@@ -23,6 +23,7 @@ import (
 	coreconnmgr "github.com/libp2p/go-libp2p/core/connmgr"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
+	corenet "github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
@@ -279,6 +280,7 @@ const DefaultConnHigh = 192
 type cmHost struct {
 	host.Host
 	cm   *connmgr.BasicConnMgr
+	net  *connView
 	once sync.Once
 }
 
@@ -288,11 +290,14 @@ func withConnManager(h host.Host, high int) (*cmHost, error) {
 		return nil, fmt.Errorf("simnet: connection manager: %w", err)
 	}
 	h.Network().Notify(cm.Notifee())
-	return &cmHost{Host: h, cm: cm}, nil
+	return &cmHost{Host: h, cm: cm, net: newConnView(h.Network())}, nil
 }
 
 // ConnManager is the host's connection manager.
 func (h *cmHost) ConnManager() coreconnmgr.ConnManager { return h.cm }
+
+// Network is the host's network, with connView's lock-free Connectedness.
+func (h *cmHost) Network() corenet.Network { return h.net }
 
 // Close closes the connection manager and the host.
 func (h *cmHost) Close() error {

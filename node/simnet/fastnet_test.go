@@ -1,0 +1,78 @@
+package simnet
+
+import (
+	"testing"
+	"time"
+
+	corenet "github.com/libp2p/go-libp2p/core/network"
+	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
+)
+
+// TestConnView checks that a cmHost's Connectedness agrees with mocknet's
+// own answer through connect, a local close seen from both ends, a
+// reconnect and ClosePeer.
+func TestConnView(t *testing.T) {
+	mn := mocknet.New()
+	defer mn.Close()
+	a, err := mn.GenPeer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := mn.GenPeer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mn.LinkPeers(a.ID(), b.ID()); err != nil {
+		t.Fatal(err)
+	}
+	ha, err := withConnManager(a, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ha.Close()
+	hb, err := withConnManager(b, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hb.Close()
+	// Both views must agree with mocknet's answer, which may lag on the
+	// side that did not close (mocknet closes the remote end
+	// asynchronously), so each check polls until a deadline.
+	agree := func(what string, want corenet.Connectedness) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			ga, gb := ha.Network().Connectedness(b.ID()), hb.Network().Connectedness(a.ID())
+			ma, mb := a.Network().Connectedness(b.ID()), b.Network().Connectedness(a.ID())
+			if ga == want && gb == want && ma == want && mb == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: view a→b %v b→a %v, mocknet a→b %v b→a %v, want %v", what, ga, gb, ma, mb, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	agree("before dialing", corenet.NotConnected)
+	c1, err := mn.ConnectPeers(a.ID(), b.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	agree("one connection", corenet.Connected)
+	// A locally closed connection reads as closed at once, before
+	// mocknet's asynchronous notification reaches the view.
+	c1.Close()
+	if got := ha.Network().Connectedness(b.ID()); got != corenet.NotConnected {
+		t.Fatalf("a closed its connection: a→b %v at once, want NotConnected", got)
+	}
+	agree("both closed", corenet.NotConnected)
+	// And again after reconnecting: the view's record is per connection.
+	if _, err := mn.ConnectPeers(a.ID(), b.ID()); err != nil {
+		t.Fatal(err)
+	}
+	agree("reconnected", corenet.Connected)
+	if err := ha.Network().ClosePeer(b.ID()); err != nil {
+		t.Fatal(err)
+	}
+	agree("ClosePeer", corenet.NotConnected)
+}
