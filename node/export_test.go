@@ -56,3 +56,6 @@ func (n *Node) SetDiskFree(free uint64) {
 // Nodes of this package's tests grind stamps of 8 bits (256 hashes), not
 // a real daemon's 2^24 at every start of a fresh repo.
 func init() { defaultStampBits = 8 }
+
+// MakerStamp is the stamp the node's orders travel with now, or nil.
+func (n *Node) MakerStamp() []byte { return n.books.Stamp() }

@@ -453,3 +453,12 @@ func (b *Books) attach(m *proto.BookMessage, ev *p2p.BookEvent) *proto.BookMessa
 	}
 	return m
 }
+
+// Stamp is the maker stamp this node's orders travel with now, or nil
+// (none configured, or still being ground).
+func (b *Books) Stamp() []byte {
+	if b.cfg.Stamp == nil {
+		return nil
+	}
+	return b.cfg.Stamp()
+}
