@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -111,6 +112,21 @@ func OpenSim(model string, seed int64) (Backend, error) {
 		return nil, err // not a typed nil in a non-nil Backend
 	}
 	return b, nil
+}
+
+// ErrNoGPUWanted is what Choose returns for a node started without GPUs.
+var ErrNoGPUWanted = errors.New("started without GPUs (buyer only)")
+
+// Choose is the GPUs a node serves: none when off (ErrNoGPUWanted), given
+// when not nil, else OpenMachine(model, seed).
+func Choose(off bool, given Backend, model string, seed int64) (Backend, error) {
+	switch {
+	case off:
+		return nil, ErrNoGPUWanted
+	case given != nil:
+		return given, nil
+	}
+	return OpenMachine(model, seed)
 }
 
 // OpenMachine opens the GPUs a daemon serves: the simulated machine

@@ -11,6 +11,7 @@ import (
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/internal/exchange"
 	"github.com/suanli/suanli/node/internal/leases"
+	"github.com/suanli/suanli/node/internal/repo"
 	"github.com/suanli/suanli/node/internal/resale"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
@@ -21,9 +22,13 @@ import (
 // means to this node's own orders, leases and store.
 
 // newBooks builds the node's replicas, wired to its host, pubsub, DHT,
-// metrics and hooks.
-func (n *Node) newBooks(sweepEvery time.Duration, maxResting int) *exchange.Books {
+// metrics and hooks, its orders stamped (grinding the stamp first if the
+// repo has none of stampBits).
+func (n *Node) newBooks(sweepEvery time.Duration, maxResting, stampBits int) *exchange.Books {
+	stamp := repo.OpenStamp(n.repo, n.host.ID(), stampBits)
+	n.spawn(func() { stamp.Grind(n.ctx, n.log) })
 	return exchange.New(exchange.Config{
+		Stamp: stamp.Get, Admission: exchange.AdmissionConfig{StampBits: stampBits},
 		Host:       n.host,
 		PubSub:     n.ps,
 		Providers:  n.dht.Providers,

@@ -52,3 +52,10 @@ func (n *Node) SetDiskFree(free uint64) {
 	}
 	n.store.SetFreeBytes(func(string) (uint64, error) { return free, nil })
 }
+
+// Nodes of this package's tests grind stamps of 8 bits (256 hashes), not
+// a real daemon's 2^24 at every start of a fresh repo.
+func init() { defaultStampBits = 8 }
+
+// MakerStamp is the stamp the node's orders travel with now, or nil.
+func (n *Node) MakerStamp() []byte { return n.books.Stamp() }

@@ -2,10 +2,10 @@ package node
 
 import (
 	"errors"
-	"fmt"
 
-	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
+
+	"github.com/suanli/suanli/p2p"
 )
 
 // WithHost runs the node on a libp2p host the caller built (for example on
@@ -19,7 +19,7 @@ func WithHost(h host.Host) Option {
 		if h == nil {
 			return errors.New("node: WithHost(nil)")
 		}
-		if _, err := hostKey(h); err != nil {
+		if _, err := p2p.HostKey(h); err != nil {
 			return err
 		}
 		o.host = h
@@ -27,14 +27,11 @@ func WithHost(h host.Host) Option {
 	}
 }
 
-// hostKey is the private key of the host's own identity.
-func hostKey(h host.Host) (crypto.PrivKey, error) {
-	k := h.Peerstore().PrivKey(h.ID())
-	if k == nil {
-		return nil, fmt.Errorf("node: host %s has no private key in its peerstore", h.ID())
-	}
-	if k.Type() != crypto.Ed25519 {
-		return nil, fmt.Errorf("node: host key is %v, want Ed25519", k.Type())
-	}
-	return k, nil
+// WithStampBits sets the work of this node's maker stamp (p2p/stamp.go)
+// and the work it asks of others' to admit them in the stamped lane:
+// leading zero bits, default p2p.DefaultStampBits. A repo's stamp of less
+// is ground again, in the background (orders go unstamped meanwhile).
+// Tests and simulations lower it; every node of a network needs the same.
+func WithStampBits(bits int) Option {
+	return func(o *options) error { o.stampBits = bits; return p2p.CheckStampBits(bits) }
 }

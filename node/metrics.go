@@ -10,6 +10,9 @@ import (
 
 // The node's Prometheus registry is package metrics'.
 
+// Gatherer reads the node's metrics, as the API's /metrics serves them.
+func (n *Node) Gatherer() prometheus.Gatherer { return n.metrics.Gatherer() }
+
 // watchMetrics registers the gauges read from the node on each scrape.
 func watchMetrics(m *metrics.Metrics, n *Node) {
 	m.Reg.MustRegister(

@@ -39,6 +39,9 @@ import (
 	"github.com/suanli/suanli/proto"
 )
 
+// defaultStampBits is WithStampBits' default (this package's tests lower it).
+var defaultStampBits = p2p.DefaultStampBits
+
 // Option configures New. Options override the repo's config.json.
 type Option func(*options) error
 
@@ -91,6 +94,7 @@ type options struct {
 	// (WithMaxRestingOrders).
 	maxResting int
 	smallStore bool // see WithSmallStore
+	stampBits  int  // see WithStampBits
 }
 
 // WithSmallStore sizes the node's Badger store for a small node among
@@ -318,7 +322,7 @@ var _ api.API = (*Node)(nil)
 // joining the network and (with GPUs) publishing offers in the background.
 // Close stops everything.
 func New(opts ...Option) (_ *Node, err error) {
-	o := options{offerTTL: time.Hour, billing: time.Minute, now: time.Now, logCap: DefaultLogCap}
+	o := options{offerTTL: time.Hour, billing: time.Minute, now: time.Now, logCap: DefaultLogCap, stampBits: defaultStampBits}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, err
@@ -355,7 +359,7 @@ func New(opts ...Option) (_ *Node, err error) {
 		return nil, err
 	}
 	if o.host != nil {
-		if n.key, err = hostKey(o.host); err != nil {
+		if n.key, err = p2p.HostKey(o.host); err != nil {
 			return nil, err
 		}
 	}
@@ -363,8 +367,8 @@ func New(opts ...Option) (_ *Node, err error) {
 	n.log = n.log.With("peer", shortID(pid))
 
 	// Resolve configuration: options win over config.json.
-	listen := firstNonEmpty(o.listen, cfg.Listen)
-	bootstrap := firstNonEmpty(o.bootstrap, cfg.Bootstrap)
+	listen := repo.Or(o.listen, cfg.Listen)
+	bootstrap := repo.Or(o.bootstrap, cfg.Bootstrap)
 	apiAddr := cfg.API
 	if o.api != nil {
 		apiAddr = *o.api
@@ -389,7 +393,9 @@ func New(opts ...Option) (_ *Node, err error) {
 	if n.store, err = store.Open(filepath.Join(o.repo, repo.DatastoreDir), store.Options{Logger: o.logger.With("subsystem", "badger"), Now: n.now, Small: o.smallStore}); err != nil {
 		return nil, err
 	}
-	n.openGPUs(o, cfg)
+	if n.gpus, n.noGPU = gpu.Choose(o.noGPU, o.backend, cmp.Or(o.gpuSim, cfg.GPUSim), o.gpuSeed); n.noGPU != nil {
+		n.log.Info("no GPUs to offer; running as a buyer", "reason", n.noGPU)
+	}
 
 	if o.host != nil {
 		n.host, n.hostInjected = o.host, true
@@ -413,7 +419,7 @@ func New(opts ...Option) (_ *Node, err error) {
 	if n.ps, err = p2p.NewPubSub(n.ctx, n.host); err != nil {
 		return nil, err
 	}
-	n.books = n.newBooks(o.sweepEvery, o.maxResting)
+	n.books = n.newBooks(o.sweepEvery, o.maxResting, o.stampBits)
 	n.orders = n.newOrders()
 	n.books.Start(n.ctx)
 	n.trade, n.resale = n.newTrader(), n.newResale()
@@ -432,19 +438,6 @@ func New(opts ...Option) (_ *Node, err error) {
 	n.spawn(n.run)
 	n.log.Info("node started", "addrs", n.host.Addrs(), "provider", n.gpus != nil, "api", n.APIAddr())
 	return n, nil
-}
-
-func (n *Node) openGPUs(o options, cfg Config) {
-	switch sim := cmp.Or(o.gpuSim, cfg.GPUSim); {
-	case o.noGPU:
-		n.noGPU = errors.New("started without GPUs (buyer only)")
-	case o.backend != nil:
-		n.gpus = o.backend
-	default:
-		if n.gpus, n.noGPU = gpu.OpenMachine(sim, o.gpuSeed); n.noGPU != nil {
-			n.log.Info("no GPUs to offer; running as a buyer", "reason", n.noGPU, "simulated", sim)
-		}
-	}
 }
 
 // spawn runs fn on a goroutine that Close waits for. Work is started
@@ -576,13 +569,6 @@ func (n *Node) Peers(context.Context) (_ []api.PeerView, err error) {
 		out = append(out, v)
 	}
 	return out, nil
-}
-
-func firstNonEmpty(a, b []string) []string {
-	if len(a) > 0 {
-		return a
-	}
-	return b
 }
 
 func shortID(p peer.ID) string { return short(p.String()) }

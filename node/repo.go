@@ -1,7 +1,10 @@
 package node
 
 import (
+	"context"
+
 	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/suanli/suanli/node/internal/repo"
 	"github.com/suanli/suanli/node/internal/repofile"
@@ -48,4 +51,10 @@ func SaveConfig(dir string, c Config) error { return repo.Save(dir, c) }
 // LoadKey reads the repo's identity key.
 func LoadKey(dir string, passphrase []byte) (crypto.PrivKey, error) {
 	return repo.LoadKey(dir, passphrase)
+}
+
+// GrindStamp makes sure the repo at dir holds a maker stamp (p2p/stamp.go)
+// of at least bits for id, grinding one (about 2^bits hashes) if not.
+func GrindStamp(ctx context.Context, dir string, id peer.ID, bits int) (ground bool, err error) {
+	return repo.GrindStamp(ctx, dir, id, bits)
 }

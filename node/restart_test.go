@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"github.com/suanli/suanli/node"
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/devnet"
+	"github.com/suanli/suanli/node/internal/repo"
 )
 
 // TestProviderRestart restarts a provider on its repo: it keeps its peer ID
@@ -95,5 +97,49 @@ func TestRepoLocked(t *testing.T) {
 	}
 	if _, err := a.ID(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStampSurvivesRestart: a node on a fresh repo grinds its maker
+// stamp (2^20 hashes here) in the background and stores it; restarted on
+// the repo, its orders carry the stored stamp from the start and it
+// grinds no other (the file is unchanged: a new grind would start from a
+// random nonce).
+func TestStampSurvivesRestart(t *testing.T) {
+	const bits = 20
+	dir := filepath.Join(t.TempDir(), "repo")
+	opts := []node.Option{node.WithRepo(dir), node.WithAutoInit(), node.WithListen("/ip4/127.0.0.1/tcp/0"),
+		node.WithAPI(""), node.WithLogger(quiet), node.WithoutGPU(), node.WithStampBits(bits)}
+	n, err := node.New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := n.PeerID()
+	deadline := time.Now().Add(60 * time.Second)
+	for repo.LoadStamp(dir, pid, bits) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("no stamp stored in the repo after 60 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stamp := repo.LoadStamp(dir, pid, bits)
+	if got := n.MakerStamp(); !bytes.Equal(got, stamp) {
+		t.Fatalf("node's stamp %x, stored %x", got, stamp)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n2, err := node.New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := n2.MakerStamp(); !bytes.Equal(got, stamp) {
+		t.Errorf("restarted node's stamp %x, want the stored %x from the start", got, stamp)
+	}
+	if err := n2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := repo.LoadStamp(dir, pid, bits); !bytes.Equal(got, stamp) {
+		t.Fatalf("stamp after restart %x, want the stored %x", got, stamp)
 	}
 }

@@ -188,6 +188,10 @@ type BookEvent struct {
 	Take       *proto.Take
 	TakerOrder *market.Order
 	Raw        *proto.Fill
+	// MakerStamp (KindOrder) is the stamp that travelled beside the
+	// order, StampSize bytes or none; its work is not checked here
+	// (StampWork).
+	MakerStamp []byte
 }
 
 // DecodeBook verifies a book message for the given market at now: size,
@@ -218,6 +222,10 @@ func (v *Verified) DecodeBook(data []byte, mkt string, now time.Time) (*BookEven
 			return nil, fmt.Errorf("%w: order for %q on the %q topic", ErrBookTopic, o.Market, mkt)
 		}
 		ev := &BookEvent{Kind: KindOrder, Order: o, OrderProto: po, Envelope: body.Order}
+		if n := len(msg.MakerStamp); n > 0 && n != StampSize {
+			return nil, fmt.Errorf("%w: maker stamp of %d bytes", ErrBookSchema, n)
+		}
+		ev.MakerStamp = msg.MakerStamp
 		if len(msg.CancelledOrder) > 0 {
 			return nil, fmt.Errorf("%w: an order with a cancelled order beside it", ErrBookSchema)
 		}
@@ -241,8 +249,8 @@ func (v *Verified) DecodeBook(data []byte, mkt string, now time.Time) (*BookEven
 		if c.OrderId == "" || len(c.OrderId) > market.MaxOrderIDLen {
 			return nil, fmt.Errorf("%w: cancel order id", ErrBookSchema)
 		}
-		if len(msg.Offer) > 0 {
-			return nil, fmt.Errorf("%w: a cancel with an offer beside it", ErrBookSchema)
+		if len(msg.Offer) > 0 || len(msg.MakerStamp) > 0 {
+			return nil, fmt.Errorf("%w: a cancel with an offer or stamp beside it", ErrBookSchema)
 		}
 		ev := &BookEvent{Kind: KindCancel, Cancel: c, Envelope: body.Cancel}
 		if len(msg.CancelledOrder) > 0 {
@@ -254,8 +262,8 @@ func (v *Verified) DecodeBook(data []byte, mkt string, now time.Time) (*BookEven
 		}
 		return ev, nil
 	case *proto.BookMessage_Fill:
-		if len(msg.Offer) > 0 || len(msg.CancelledOrder) > 0 {
-			return nil, fmt.Errorf("%w: a fill with an offer or order beside it", ErrBookSchema)
+		if len(msg.Offer) > 0 || len(msg.CancelledOrder) > 0 || len(msg.MakerStamp) > 0 {
+			return nil, fmt.Errorf("%w: a fill with an offer, order or stamp beside it", ErrBookSchema)
 		}
 		ev, err := v.OpenFill(body.Fill, now)
 		if err != nil {

@@ -894,6 +894,9 @@ func TestMarshalBookDeterministic(t *testing.T) {
 // again names the same objects.
 func bookCheckAccepted(t *testing.T, data []byte, ev *p2p.BookEvent) {
 	t.Helper()
+	if n := len(ev.MakerStamp); n != 0 && (n != p2p.StampSize || ev.Kind != p2p.KindOrder) {
+		t.Fatalf("DecodeBook accepted a %v with a maker stamp of %d bytes", ev.Kind, n)
+	}
 	switch ev.Kind {
 	case p2p.KindOrder:
 		if ev.Order == nil || ev.OrderProto == nil {
@@ -990,6 +993,7 @@ func bookSeeds(tb testing.TB) [][]byte {
 		[]byte("not a book message at all"),
 	}
 	seeds = append(seeds, bookAttachedSeeds(tb)...)
+	seeds = append(seeds, bookStampSeeds(tb)...)
 	for _, c := range bookBadCases() {
 		if c.want == p2p.ErrTooLarge {
 			continue // 33 KiB seeds slow every fuzz iteration's mutator
@@ -1203,5 +1207,41 @@ func TestBookNewPubSub(t *testing.T) {
 	}
 	if got, want := p2p.BookTopic(bookMkt), "/suanli/book/2/"+bookMkt; got != want {
 		t.Errorf("BookTopic(%q) = %q, want %q", bookMkt, got, want)
+	}
+}
+
+// bookStampSeeds are an order with a maker stamp of the right size (and
+// one of the wrong size), and a cancel with one.
+func bookStampSeeds(tb testing.TB) [][]byte {
+	maker := bookKey(tb, bookMakerSeed)
+	env := bookSeal(tb, maker.key, bookOrder(maker.id, proto.Side_SIDE_BID))
+	cancel := &proto.BookMessage{}
+	if err := gproto.Unmarshal(bookCancelCase(nil)(tb), cancel); err != nil {
+		tb.Fatal(err)
+	}
+	cancel.MakerStamp = make([]byte, p2p.StampSize)
+	return [][]byte{
+		bookMarshal(tb, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}, MakerStamp: make([]byte, p2p.StampSize)}),
+		bookMarshal(tb, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}, MakerStamp: make([]byte, p2p.StampSize+1)}),
+		bookMarshal(tb, cancel),
+	}
+}
+
+// TestDecodeBookStamp: an order's maker stamp of StampSize bytes comes
+// through DecodeBook as it travelled (its work is the replica's
+// business); one of another size, or one beside a cancel, is malformed.
+func TestDecodeBookStamp(t *testing.T) {
+	seeds := bookStampSeeds(t)
+	ev, err := p2p.DecodeBook(seeds[0], bookMkt, bookNow)
+	if err != nil {
+		t.Fatalf("order with a stamp: %v", err)
+	}
+	if !bytes.Equal(ev.MakerStamp, make([]byte, p2p.StampSize)) {
+		t.Fatalf("order's stamp %x, want the %d zero bytes it travelled with", ev.MakerStamp, p2p.StampSize)
+	}
+	for i, data := range seeds[1:] {
+		if _, err := p2p.DecodeBook(data, bookMkt, bookNow); !errors.Is(err, p2p.ErrBookSchema) {
+			t.Errorf("seed %d: DecodeBook = %v, want ErrBookSchema", i+1, err)
+		}
 	}
 }

@@ -155,3 +155,16 @@ func NewHost(cfg HostConfig) (host.Host, error) {
 	}
 	return h, nil
 }
+
+// HostKey is the private key of a host's own identity, which must be an
+// Ed25519 key held in its peerstore.
+func HostKey(h host.Host) (crypto.PrivKey, error) {
+	k := h.Peerstore().PrivKey(h.ID())
+	if k == nil {
+		return nil, fmt.Errorf("p2p: host %s has no private key in its peerstore", h.ID())
+	}
+	if k.Type() != crypto.Ed25519 {
+		return nil, fmt.Errorf("p2p: host key is %v, want Ed25519", k.Type())
+	}
+	return k, nil
+}

@@ -1083,8 +1083,13 @@ type BookMessage struct {
 	// gossip, is the sealed Order it withdraws: its expiry says how long
 	// replicas keep the cancel as a tombstone.
 	CancelledOrder []byte `protobuf:"bytes,5,opt,name=cancelled_order,json=cancelledOrder,proto3" json:"cancelled_order,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// maker_stamp, beside an order, is its maker's stamp (p2p/stamp.go): a
+	// nonce whose SHA-256 with the maker's peer ID starts with enough zero
+	// bits. Not signed: the hash binds it to the maker. Replicas admit a
+	// maker they do not know yet in a lane of its own when it has one.
+	MakerStamp    []byte `protobuf:"bytes,6,opt,name=maker_stamp,json=makerStamp,proto3" json:"maker_stamp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BookMessage) Reset() {
@@ -1161,6 +1166,13 @@ func (x *BookMessage) GetOffer() []byte {
 func (x *BookMessage) GetCancelledOrder() []byte {
 	if x != nil {
 		return x.CancelledOrder
+	}
+	return nil
+}
+
+func (x *BookMessage) GetMakerStamp() []byte {
+	if x != nil {
+		return x.MakerStamp
 	}
 	return nil
 }
@@ -1631,13 +1643,15 @@ const file_book_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\"2\n" +
 	"\x04Fill\x12\x12\n" +
 	"\x04take\x18\x01 \x01(\fR\x04take\x12\x16\n" +
-	"\x06accept\x18\x02 \x01(\fR\x06accept\"\xad\x01\n" +
+	"\x06accept\x18\x02 \x01(\fR\x06accept\"\xce\x01\n" +
 	"\vBookMessage\x12\x16\n" +
 	"\x05order\x18\x01 \x01(\fH\x00R\x05order\x12\x18\n" +
 	"\x06cancel\x18\x02 \x01(\fH\x00R\x06cancel\x12%\n" +
 	"\x04fill\x18\x03 \x01(\v2\x0f.suanli.v1.FillH\x00R\x04fill\x12\x14\n" +
 	"\x05offer\x18\x04 \x01(\fR\x05offer\x12'\n" +
-	"\x0fcancelled_order\x18\x05 \x01(\fR\x0ecancelledOrderB\x06\n" +
+	"\x0fcancelled_order\x18\x05 \x01(\fR\x0ecancelledOrder\x12\x1f\n" +
+	"\vmaker_stamp\x18\x06 \x01(\fR\n" +
+	"makerStampB\x06\n" +
 	"\x04body\"\"\n" +
 	"\fTradeRequest\x12\x12\n" +
 	"\x04take\x18\x01 \x01(\fR\x04take\"z\n" +

@@ -21,6 +21,7 @@ import (
 	"github.com/suanli/suanli/node/api"
 	"github.com/suanli/suanli/node/client"
 	"github.com/suanli/suanli/node/keystore"
+	"github.com/suanli/suanli/p2p"
 )
 
 // errUsage marks a misuse of the command line: usage is printed, exit 2.
@@ -256,6 +257,7 @@ func printJSON(w io.Writer, v any) error {
 func cmdInit(e *env, args []string) error {
 	fs := flag.NewFlagSet("init", flag.ContinueOnError)
 	passFile := fs.String("passphrase-file", "", "encrypt the key with the passphrase in `file` (or set SUANLI_PASSPHRASE)")
+	stampBits := fs.Int("stamp-bits", p2p.DefaultStampBits, "grind the identity's maker stamp to this many leading zero `bits` (0: let the daemon grind it)")
 	if err := parse(e, fs, args, 0); err != nil {
 		return err
 	}
@@ -268,6 +270,13 @@ func cmdInit(e *env, args []string) error {
 		return err
 	}
 	id, _ := peer.IDFromPrivateKey(key)
+	if *stampBits > 0 {
+		// Once per identity, so the daemon's orders are stamped from its
+		// first start (it grinds in the background when there is none).
+		if _, err := node.GrindStamp(context.Background(), e.repo, id, *stampBits); err != nil {
+			return err
+		}
+	}
 	if e.json {
 		return printJSON(e.stdout, map[string]any{"id": id.String(), "repo": e.repo, "encrypted": len(pass) > 0})
 	}
@@ -299,6 +308,7 @@ func cmdDaemon(e *env, args []string) error {
 	var sf slurmFlags
 	sf.register(fs)
 	creditLimit := fs.String("credit-limit", "", "most a buyer may owe unpaid, a `decimal` in the price currency, or none (default from config: "+node.DefaultCreditLimit+")")
+	stampBits := fs.Int("stamp-bits", p2p.DefaultStampBits, "work of the maker stamp this node grinds (once, kept in the repo) and asks of new makers, in leading zero `bits`")
 	logCap := fs.Int64("log-cap", node.DefaultLogCap>>20, "keep at most `MiB` of each lease's workload output (the newest)")
 	creditNew := fs.String("credit-new", "", "credit of a buyer with no paid history, a `decimal` in the price currency, growing with its payments up to --credit-limit (default from config: "+node.DefaultCreditNew+")")
 	if err := parse(e, fs, args, 0); err != nil {
@@ -341,7 +351,7 @@ func cmdDaemon(e *env, args []string) error {
 	if *creditLimit != "" {
 		opts = append(opts, node.WithCreditLimit(*creditLimit, *currency))
 	}
-	opts = append(opts, node.WithLogCap(*logCap<<20))
+	opts = append(opts, node.WithLogCap(*logCap<<20), node.WithStampBits(*stampBits))
 	if *creditNew != "" {
 		opts = append(opts, node.WithCreditNew(*creditNew))
 	}

@@ -236,7 +236,7 @@ func TestVersion(t *testing.T) {
 func TestInit(t *testing.T) {
 	t.Parallel()
 	repo := filepath.Join(t.TempDir(), "repo")
-	stdout, _ := wantExit(t, []string{"--repo", repo, "init"}, 0)
+	stdout, _ := wantExit(t, []string{"--repo", repo, "init", "--stamp-bits", "8"}, 0)
 	if !strings.Contains(stdout, "initialized repo "+repo) || !strings.Contains(stdout, "not encrypted") {
 		t.Errorf("init printed:\n%s", stdout)
 	}
@@ -276,7 +276,7 @@ func TestInit(t *testing.T) {
 	keyBefore, _ := os.ReadFile(filepath.Join(repo, "keystore/identity.key"))
 
 	// A second init refuses and leaves the key alone.
-	code, stdout, stderr := runCLI(t, "--repo", repo, "init")
+	code, stdout, stderr := runCLI(t, "--repo", repo, "init", "--stamp-bits", "8")
 	if code == 0 || code == 2 {
 		t.Fatalf("second init exited %d, want a failure (1)\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
@@ -291,7 +291,7 @@ func TestInit(t *testing.T) {
 func TestInitJSON(t *testing.T) {
 	t.Parallel()
 	repo := filepath.Join(t.TempDir(), "repo")
-	stdout, _ := wantExit(t, []string{"init", "--repo", repo, "--json"}, 0) // global flags after the command
+	stdout, _ := wantExit(t, []string{"init", "--repo", repo, "--json", "--stamp-bits", "8"}, 0) // global flags after the command
 	var got struct {
 		ID        string `json:"id"`
 		Repo      string `json:"repo"`
@@ -355,7 +355,7 @@ func idJSON(t *testing.T, stdout string) (id peer.ID, addrs []string) {
 func TestIDWithoutDaemon(t *testing.T) {
 	t.Parallel()
 	repo := t.TempDir()
-	wantExit(t, []string{"--repo", repo, "init"}, 0)
+	wantExit(t, []string{"--repo", repo, "init", "--stamp-bits", "8"}, 0)
 	stdout, stderr := wantExit(t, []string{"--repo", repo, "id", "--json"}, 0)
 	if stderr != "" {
 		t.Errorf("stderr: %s", stderr)
@@ -387,7 +387,7 @@ func TestIDNotInitialized(t *testing.T) {
 func TestIDEncryptedKey(t *testing.T) {
 	repo := t.TempDir()
 	t.Setenv("SUANLI_PASSPHRASE", "correct horse battery staple")
-	stdout, _ := wantExit(t, []string{"--repo", repo, "--json", "init"}, 0)
+	stdout, _ := wantExit(t, []string{"--repo", repo, "--json", "init", "--stamp-bits", "8"}, 0)
 	var initOut struct {
 		ID        string `json:"id"`
 		Encrypted bool   `json:"encrypted"`
@@ -498,7 +498,7 @@ func TestGPUsSim(t *testing.T) {
 func TestNoDaemon(t *testing.T) {
 	t.Parallel()
 	repo := t.TempDir()
-	wantExit(t, []string{"--repo", repo, "init"}, 0)
+	wantExit(t, []string{"--repo", repo, "init", "--stamp-bits", "8"}, 0)
 	for _, args := range [][]string{
 		{"--repo", repo, "offers"},
 		{"--repo", repo, "offers", "--gpu", "h100", "--json"},

@@ -117,7 +117,7 @@ type daemon struct {
 func startDaemon(t *testing.T, repo string, args ...string) *daemon {
 	t.Helper()
 	bin := suanliBin(t)
-	full := append([]string{"--repo", repo, "daemon", "--api", "127.0.0.1:0", "--listen", "/ip4/127.0.0.1/tcp/0"}, args...)
+	full := append([]string{"--repo", repo, "daemon", "--api", "127.0.0.1:0", "--listen", "/ip4/127.0.0.1/tcp/0", "--stamp-bits", "8"}, args...)
 	d := &daemon{repo: repo, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 	d.cmd = exec.Command(bin, full...)
 	d.cmd.Env = daemonEnv()

@@ -20,7 +20,7 @@ import (
 func TestConfigShowSet(t *testing.T) {
 	t.Parallel()
 	repo := filepath.Join(t.TempDir(), "repo")
-	wantExit(t, []string{"--repo", repo, "init"}, 0)
+	wantExit(t, []string{"--repo", repo, "init", "--stamp-bits", "8"}, 0)
 
 	out, _ := wantExit(t, []string{"--repo", repo, "config", "show"}, 0)
 	for _, want := range []string{"listen", "/ip4/127.0.0.1/tcp/0", "api", "127.0.0.1:0", "region", "CN-GZ", "price", "2.50", "currency", "USD"} {
@@ -144,7 +144,7 @@ func TestStatusAndDashboard(t *testing.T) {
 	t.Parallel()
 	repo := filepath.Join(t.TempDir(), "repo")
 	n, err := node.New(node.WithRepo(repo), node.WithAutoInit(), node.WithListen("/ip4/127.0.0.1/tcp/0"), node.WithAPI("127.0.0.1:0"),
-		node.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), node.WithoutGPU())
+		node.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), node.WithoutGPU(), node.WithStampBits(8))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,6 +73,10 @@ type Net struct {
 
 // Start starts the providers, then the buyers. The first provider is the
 // bootstrap peer of every other node.
+// StampBits is the work of a devnet node's maker stamp: 256 hashes, not a
+// real daemon's 2^24 at every start of a fresh devnet.
+const StampBits = 8
+
 func Start(ctx context.Context, cfg Config) (_ *Net, err error) {
 	if cfg.Providers < 1 {
 		return nil, errors.New("devnet: at least one provider")
@@ -109,6 +113,7 @@ func Start(ctx context.Context, cfg Config) (_ *Net, err error) {
 			node.WithRepo(filepath.Join(net.dir, name)), node.WithAutoInit(),
 			node.WithListen("/ip4/127.0.0.1/tcp/0"), node.WithAPI("127.0.0.1:0"),
 			node.WithLogger(log), node.WithOfferTTL(ttl), node.WithBillingInterval(billing),
+			node.WithStampBits(StampBits),
 		}, cfg.NodeOptions...)
 	}
 	var boot []string

@@ -14,6 +14,9 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"golang.org/x/time/rate"
+
+	"github.com/suanli/suanli/node/internal/exchange"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -40,7 +43,44 @@ const (
 	// the measure.
 	attackWait   = time.Minute
 	attackMissed = 3
+	// stampCost is what one real stamp (p2p.DefaultStampBits) costs a
+	// core: 2^24 SHA-256s, about 1.5 s unloaded here. The hostile peers
+	// grind StampBits only, and are charged this on cores of their own
+	// (Config.AttackCores), so the shared CPU does not pay for it.
+	stampCost = 1500 * time.Millisecond
 )
+
+// stampBudget hands out the stamped identities the hostile peers can pay
+// for: Config.AttackCores/stampCost a second, all hosts together.
+type stampBudget struct {
+	lim  *rate.Limiter
+	mu   sync.Mutex
+	paid int
+}
+
+func newStampBudget(cores float64) *stampBudget {
+	return &stampBudget{lim: rate.NewLimiter(rate.Limit(cores/stampCost.Seconds()), 1)}
+}
+
+// buy reports whether a stamp is paid for now.
+func (b *stampBudget) buy() bool {
+	if !b.lim.Allow() {
+		return false
+	}
+	b.mu.Lock()
+	b.paid++
+	b.mu.Unlock()
+	return true
+}
+
+// paidIdentity is a stamped hostile maker and the bids it has left
+// before a replica holds as many as a new maker may rest.
+type paidIdentity struct {
+	key   crypto.PrivKey
+	id    peer.ID
+	stamp []byte
+	left  int
+}
 
 // hostile is one hostile identity: a host in the mocknet with gossipsub
 // joined to the market's topic.
@@ -92,6 +132,11 @@ func (s *sim) startAttack(ctx context.Context, net *network, share float64) (int
 		}
 		hs = append(hs, &hostile{key: k, id: h.ID(), topic: top})
 	}
+	cores := s.cfg.AttackCores
+	if cores <= 0 {
+		cores = float64(n)
+	}
+	s.stamps = newStampBudget(cores)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
@@ -101,6 +146,34 @@ func (s *sim) startAttack(ctx context.Context, net *network, share float64) (int
 		}()
 	}
 	return len(hs), wg.Wait, nil
+}
+
+// sybil is the author of the next Sybil bid: the paid identity while it
+// has bids left, else a new one if the budget pays for its stamp, else a
+// free key made for this one message (no stamp).
+func (s *sim) sybil(ctx context.Context, paid **paidIdentity) (crypto.PrivKey, peer.ID, []byte) {
+	if *paid == nil || (*paid).left == 0 {
+		*paid = nil
+		if s.stamps.buy() {
+			key, _, err := crypto.GenerateEd25519Key(rand.Reader)
+			if err == nil {
+				id, _ := peer.IDFromPrivateKey(key)
+				if st, err := p2p.GrindStamp(ctx, id, StampBits); err == nil {
+					*paid = &paidIdentity{key: key, id: id, stamp: st, left: exchange.MaxOrdersNewMaker}
+				}
+			}
+		}
+	}
+	if p := *paid; p != nil {
+		p.left--
+		return p.key, p.id, p.stamp
+	}
+	key, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		return nil, "", nil
+	}
+	id, _ := peer.IDFromPrivateKey(key)
+	return key, id, nil
 }
 
 // flood publishes from ids in turn until ctx ends. Each identity keeps to
@@ -113,6 +186,7 @@ func (s *sim) flood(ctx context.Context, ids []*hostile) {
 	t := time.NewTicker(time.Second / attackRate)
 	defer t.Stop()
 	valid := ids[0]
+	var paid *paidIdentity
 	for k := 0; ; k++ {
 		select {
 		case <-ctx.Done():
@@ -126,17 +200,14 @@ func (s *sim) flood(ctx context.Context, ids []*hostile) {
 			m.data = orderMsg(hostileBid(s.market, m.key, m.id))
 			h.sent = append(h.sent, m)
 		case h == valid:
-			// A Sybil: a key made for this one message.
-			key, _, err := crypto.GenerateEd25519Key(rand.Reader)
-			if err != nil {
-				continue
-			}
-			id, err := peer.IDFromPrivateKey(key)
-			if err != nil {
+			// A Sybil: a key made for this one message, or a paid
+			// (stamped) one while the hostile cores can pay.
+			key, id, stamp := s.sybil(ctx, &paid)
+			if key == nil {
 				continue
 			}
 			m = sent{key: key, id: id}
-			m.data = orderMsg(hostileBid(s.market, key, id))
+			m.data = orderMsg(hostileBid(s.market, key, id), stamp...)
 			h.sent = append(h.sent, m)
 		case h == ids[1%len(ids)]:
 			// Break the order's envelope: flip a byte near its end (the
@@ -182,12 +253,13 @@ func (s *sim) heldOrders(net *network) []int {
 	return out
 }
 
-// orderMsg is the book message of a sealed order, nil for nil.
-func orderMsg(env []byte) []byte {
+// orderMsg is the book message of a sealed order with its maker's stamp
+// (none: unstamped), nil for nil.
+func orderMsg(env []byte, stamp ...byte) []byte {
 	if env == nil {
 		return nil
 	}
-	data, err := p2p.MarshalBook(&proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}})
+	data, err := p2p.MarshalBook(&proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}, MakerStamp: stamp})
 	if err != nil {
 		return nil
 	}
@@ -221,6 +293,7 @@ func (s *sim) attack(ctx context.Context, net *network, rep *Report) error {
 		return fmt.Errorf("no propagation measure to compare with")
 	}
 	held := s.heldOrders(net)
+	refusedBefore := bookRefusals(net)
 	actx, stop := context.WithCancel(ctx)
 	ids, wait, err := s.startAttack(actx, net, s.cfg.Attack)
 	if err != nil {
@@ -253,6 +326,15 @@ func (s *sim) attack(ctx context.Context, net *network, rep *Report) error {
 		}
 	}
 	during := s.heldOrders(net)
+	rep.AttackRefusals = bookRefusals(net)
+	for k, v := range refusedBefore {
+		if rep.AttackRefusals[k] -= v; rep.AttackRefusals[k] == 0 {
+			delete(rep.AttackRefusals, k)
+		}
+	}
+	s.stamps.mu.Lock()
+	rep.AttackStamped = s.stamps.paid
+	s.stamps.mu.Unlock()
 	rep.add(Measure{Name: MeasureAttackProp, Stats: statsOf(prop), FloorName: "same run, no attack", Floor: base.Stats.P99, Compare: "p99", Goal: 2,
 		Note: fmt.Sprintf("%d hostile identities (%.0f%% of the nodes, %d keys each) flood %d msg/s in all: valid bids of their own, valid bids each from a fresh key, broken signatures, replays; %d samples never reached every replica within %s (counted as %[6]s); orders a replica holds (median, max) before the flood %d, %d, after the samples %d, %d",
 			ids, 100*s.cfg.Attack, attackKeys, ids/attackKeys*attackRate, len(missed), attackWait, held[len(held)/2], held[len(held)-1], during[len(during)/2], during[len(during)-1])}, false)
@@ -273,4 +355,39 @@ func (s *sim) attack(ctx context.Context, net *network, rep *Report) error {
 		rep.add(m, false)
 	}
 	return nil
+}
+
+// bookRefusals sums the book messages every live replica refused, by
+// reason (the nodes' suanli_validation_rejects_total of kind book).
+func bookRefusals(net *network) map[string]int64 {
+	out := map[string]int64{}
+	for _, n := range net.nodes {
+		if n == nil {
+			continue
+		}
+		mfs, err := n.Gatherer().Gather()
+		if err != nil {
+			continue
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "suanli_validation_rejects_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				kind, reason := "", ""
+				for _, l := range m.GetLabel() {
+					switch l.GetName() {
+					case "kind":
+						kind = l.GetValue()
+					case "reason":
+						reason = l.GetValue()
+					}
+				}
+				if kind == "book" {
+					out[reason] += int64(m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
+	return out
 }

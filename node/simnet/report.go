@@ -3,6 +3,7 @@ package simnet
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"text/tabwriter"
 	"time"
@@ -107,10 +108,16 @@ type Report struct {
 	ConnsMax          int     `json:"conns_max"`
 	// HostileIDs is how many hostile identities flooded (Config.Attack);
 	// AttackError says why the attack measures stopped, if they did.
-	HostileIDs   int     `json:"hostile_ids,omitempty"`
-	AttackError  string  `json:"attack_error,omitempty"`
-	StartSeconds float64 `json:"start_seconds"`
-	Seconds      float64 `json:"seconds"`
+	HostileIDs  int    `json:"hostile_ids,omitempty"`
+	AttackError string `json:"attack_error,omitempty"`
+	// AttackStamped is how many stamped identities the hostile peers
+	// paid for (Config.AttackCores); AttackRefusals the book messages the
+	// replicas refused while they flooded, all replicas together, by
+	// reason.
+	AttackStamped  int              `json:"attack_stamped,omitempty"`
+	AttackRefusals map[string]int64 `json:"attack_refusals,omitempty"`
+	StartSeconds   float64          `json:"start_seconds"`
+	Seconds        float64          `json:"seconds"`
 }
 
 // Measure returns the named measure, or false.
@@ -192,6 +199,13 @@ func (r *Report) Print(w io.Writer) {
 	}
 	if r.AttackError != "" {
 		fmt.Fprintf(w, "attack measures stopped early: %s\n", r.AttackError)
+	}
+	if len(r.AttackRefusals) > 0 {
+		fmt.Fprintf(w, "attack: %d stamped hostile identities paid for; book messages refused while they flooded (all replicas), by reason:", r.AttackStamped)
+		for _, k := range slices.Sorted(maps.Keys(r.AttackRefusals)) {
+			fmt.Fprintf(w, " %s %d", k, r.AttackRefusals[k])
+		}
+		fmt.Fprintln(w)
 	}
 	if r.Converged != nil {
 		fmt.Fprintf(w, "books converged after heal: %v\n", *r.Converged)

@@ -68,6 +68,11 @@ type Config struct {
 	// flood the market's topic, and measures honest propagation and
 	// crossing again while they do. At most 0.5.
 	Attack float64
+	// AttackCores is how many cores of their own the hostile peers grind
+	// maker stamps on, each charged the real work (p2p.DefaultStampBits,
+	// stampCost): they get AttackCores/stampCost stamped identities a
+	// second. Default: one per hostile host.
+	AttackCores float64
 	// ConnHigh is each simulated host's connection manager's high
 	// watermark (it trims back to a third of it). Default DefaultConnHigh,
 	// a real node's; a lower one holds less per node at large sizes
@@ -89,6 +94,11 @@ type Config struct {
 	// errors only, to the same handler.
 	Logger *slog.Logger
 }
+
+// StampBits is the work of a simulated node's maker stamp (4096 hashes;
+// a real daemon's is p2p.DefaultStampBits). The hostile peers are charged
+// for their stamps at the real work (Config.AttackCores).
+const StampBits = 12
 
 func (c *Config) defaults() error {
 	if c.Nodes == 0 {
@@ -175,6 +185,7 @@ type sim struct {
 	live   map[peer.ID]bool // hosts added and not removed
 	all    []*cmHost        // every host added, for close
 	mu     sync.Mutex
+	stamps *stampBudget // the hostile peers' stamps (attack.go)
 }
 
 func newSim(cfg Config) *sim {
@@ -474,7 +485,7 @@ func (s *sim) startNodes(ctx context.Context, dir string) (*network, error) {
 			node.WithAPI(""), node.WithLogger(quiet), node.WithOfferTTL(10 * time.Minute),
 			node.WithBillingInterval(cfg.BillingInterval),
 			node.WithRegion(RegionName(i % cfg.Regions)),
-			node.WithSmallStore(),
+			node.WithSmallStore(), node.WithStampBits(StampBits),
 		}
 		var b []string
 		for j, a := range boot {

@@ -50,9 +50,19 @@ import (
 // replica holds (a new maker's up to MaxOrdersNewMaker), so gossip's
 // admission decides how fast a new maker's order spreads, not whether.
 //
-// A maker not yet established (not this node, not a party to a fill the
-// replica applied) rests at most MaxOrdersNewMaker orders per replica;
-// an established one MaxOrdersPerMaker.
+// Stamped new makers have a lane of their own. A new maker whose order
+// travels with its stamp (p2p/stamp.go: StampBits of work bound to its
+// peer ID, ground once per identity) spends tokens of other buckets
+// (stampedRate and stampedPeerRate, larger), so a flood of free keys,
+// however fast, never spends a stamped newcomer's budget; a Sybil that
+// drains the stamped lane pays a stamp (seconds of a core) per key.
+//
+// What a paid identity buys is bounded too: a maker not yet established
+// (not this node, not a party to a fill the replica applied) rests at
+// most MaxOrdersNewMaker orders per replica (an established one
+// MaxOrdersPerMaker) and gets newMakerOrderRate orders a second through
+// the validator, refused before their verify (RefuseEarly) past it, so
+// the orders each stamp puts before every replica's verifier are few.
 const (
 	// newMakerRate and newMakerBurst bound the new makers a replica
 	// admits from gossip per second, whoever relays them.
@@ -66,9 +76,20 @@ const (
 	// replica admits from sync and reconciliation answers: unbounded.
 	newMakerSyncRate  = rate.Inf
 	newMakerSyncBurst = 1
+	// stampedRate and stampedBurst bound the stamped new makers a replica
+	// admits from gossip per second; stampedPeerRate and
+	// stampedPeerBurst those one relaying peer gets admitted.
+	stampedRate      = 10
+	stampedBurst     = 40
+	stampedPeerRate  = 5
+	stampedPeerBurst = 20
+	// newMakerOrderRate and newMakerOrderBurst bound the orders a second
+	// of one maker not yet established (orderRate once it is).
+	newMakerOrderRate  = 1
+	newMakerOrderBurst = 5
 	// MaxOrdersNewMaker caps the resting orders of a maker not yet
 	// established (see MaxOrdersPerMaker).
-	MaxOrdersNewMaker = 20
+	MaxOrdersNewMaker = 5
 	// maxKnownMakers bounds the makers a node remembers as admitted or
 	// established; past it, arbitrary admitted (not established) ones
 	// are forgotten first.
@@ -83,9 +104,14 @@ type AdmissionConfig struct {
 	Off bool
 	// Rate and Burst: the replica's bucket for new makers from gossip;
 	// PeerRate and PeerBurst: each relaying peer's; SyncRate and
-	// SyncBurst: sync and reconciliation answers'. Zero: the default.
-	Rate, PeerRate, SyncRate    rate.Limit
-	Burst, PeerBurst, SyncBurst int
+	// SyncBurst: sync and reconciliation answers'; StampedRate and
+	// StampedBurst, StampedPeerRate and StampedPeerBurst: the lane of
+	// stamped new makers. Zero: the default.
+	Rate, PeerRate, SyncRate, StampedRate, StampedPeerRate      rate.Limit
+	Burst, PeerBurst, SyncBurst, StampedBurst, StampedPeerBurst int
+	// StampBits is the work a maker's stamp must prove to use the
+	// stamped lane; zero: p2p.DefaultStampBits.
+	StampBits int
 }
 
 func (c AdmissionConfig) withDefaults() AdmissionConfig {
@@ -100,6 +126,11 @@ func (c AdmissionConfig) withDefaults() AdmissionConfig {
 	def(&c.Rate, &c.Burst, newMakerRate, newMakerBurst)
 	def(&c.PeerRate, &c.PeerBurst, newMakerPeerRate, newMakerPeerBurst)
 	def(&c.SyncRate, &c.SyncBurst, newMakerSyncRate, newMakerSyncBurst)
+	def(&c.StampedRate, &c.StampedBurst, stampedRate, stampedBurst)
+	def(&c.StampedPeerRate, &c.StampedPeerBurst, stampedPeerRate, stampedPeerBurst)
+	if c.StampBits == 0 {
+		c.StampBits = p2p.DefaultStampBits
+	}
 	return c
 }
 
@@ -110,6 +141,20 @@ type admission struct {
 	all   *rate.Limiter   // new makers from gossip
 	sync  *rate.Limiter   // new makers from sync and reconciliation
 	peers map[peer.ID]*rate.Limiter
+	// The stamped lane: new makers with a stamp, from gossip.
+	stamped *rate.Limiter
+	speers  map[peer.ID]*rate.Limiter
+	// Orders of makers not yet established, by maker.
+	newOrders map[string]*rate.Limiter
+}
+
+// lane is a new maker's pair of buckets: the replica's and the relaying
+// peers', and the reasons their refusals are counted under.
+func (a *admission) lane(stamped bool) (all *rate.Limiter, peers map[peer.ID]*rate.Limiter, r rate.Limit, burst int, why, whyPeer string) {
+	if stamped {
+		return a.stamped, a.speers, a.cfg.StampedPeerRate, a.cfg.StampedPeerBurst, "stamped-limited", "stamped-peer-limited"
+	}
+	return a.all, a.peers, a.cfg.PeerRate, a.cfg.PeerBurst, "new-maker-limited", "new-maker-peer-limited"
 }
 
 func newAdmission(cfg AdmissionConfig) *admission {
@@ -120,6 +165,10 @@ func newAdmission(cfg AdmissionConfig) *admission {
 		all:   rate.NewLimiter(cfg.Rate, cfg.Burst),
 		sync:  rate.NewLimiter(cfg.SyncRate, cfg.SyncBurst),
 		peers: map[peer.ID]*rate.Limiter{},
+
+		stamped:   rate.NewLimiter(cfg.StampedRate, cfg.StampedBurst),
+		speers:    map[peer.ID]*rate.Limiter{},
+		newOrders: map[string]*rate.Limiter{},
 	}
 }
 
@@ -174,9 +223,10 @@ func (b *Books) knownLocked(maker string, from peer.ID) bool {
 }
 
 // admitLocked decides whether an order of maker, relayed by from (empty
-// for sync and reconciliation answers), may be checked further. It
-// returns the refusal reason, or "" when admitted. Callers hold b.mu.
-func (b *Books) admitLocked(maker string, from peer.ID) string {
+// for sync and reconciliation answers) with stamp beside it, may be
+// checked further. It returns the refusal reason, or "" when admitted.
+// Callers hold b.mu.
+func (b *Books) admitLocked(maker string, from peer.ID, stamp []byte) string {
 	a := b.adm
 	if b.knownLocked(maker, from) {
 		if !a.cfg.Off {
@@ -191,17 +241,44 @@ func (b *Books) admitLocked(maker string, from peer.ID) string {
 		a.remember(maker, false)
 		return ""
 	}
-	if a.all.Tokens() < 1 {
-		return "new-maker-limited"
+	id, err := peer.Decode(maker)
+	if err != nil {
+		id = peer.ID(maker) // tests' makers: the stamp binds the raw bytes
 	}
-	if !p2p.AllowIn(a.peers, from, a.cfg.PeerRate, a.cfg.PeerBurst) {
-		return "new-maker-peer-limited"
+	all, peers, r, burst, why, whyPeer := a.lane(b.stamped(id, stamp))
+	if all.Tokens() < 1 {
+		return why
 	}
-	if !a.all.Allow() {
-		return "new-maker-limited"
+	if !p2p.AllowIn(peers, from, r, burst) {
+		return whyPeer
+	}
+	if !all.Allow() {
+		return why
 	}
 	a.remember(maker, false)
 	return ""
+}
+
+// stamped reports whether stamp proves the admission's work for maker.
+func (b *Books) stamped(maker peer.ID, stamp []byte) bool {
+	return len(stamp) > 0 && p2p.VerifyStamp(maker, stamp, b.adm.cfg.StampBits)
+}
+
+// establishedLocked reports whether maker is held to orderRate and
+// MaxOrdersPerMaker (not the new makers' limits). Callers hold b.mu.
+func (b *Books) establishedLocked(maker string) bool {
+	return b.adm.cfg.Off || b.adm.known[maker] || b.selfMaker(maker)
+}
+
+// allowMaker spends a token of maker's order rate: orderRate once
+// established, newMakerOrderRate before.
+func (b *Books) allowMaker(maker string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.establishedLocked(maker) {
+		return p2p.AllowIn(b.limiters, maker, orderRate, orderBurst)
+	}
+	return p2p.AllowIn(b.adm.newOrders, maker, newMakerOrderRate, newMakerOrderBurst)
 }
 
 // RefuseEarly reports why a gossiped book message authored by author
@@ -212,18 +289,16 @@ func (b *Books) admitLocked(maker string, from peer.ID) string {
 // replica gossipsub's own signature check and a map lookup, not a
 // second verify.
 func (b *Books) RefuseEarly(data []byte, author, from peer.ID) string {
+	maker := author.String()
 	b.mu.Lock()
-	refuse := ""
-	if !b.knownLocked(author.String(), from) {
-		a := b.adm
-		if a.all.Tokens() < 1 {
-			refuse = "new-maker-limited"
-		} else if l, ok := a.peers[from]; ok && l.Tokens() < 1 {
-			refuse = "new-maker-peer-limited"
-		}
+	known := b.knownLocked(maker, from)
+	slow := false // a known maker out of its new-maker order rate
+	if known && !b.establishedLocked(maker) {
+		l, ok := b.adm.newOrders[maker]
+		slow = ok && l.Tokens() < 1
 	}
 	b.mu.Unlock()
-	if refuse == "" {
+	if known && !slow {
 		return ""
 	}
 	var msg proto.BookMessage
@@ -233,7 +308,20 @@ func (b *Books) RefuseEarly(data []byte, author, from peer.ID) string {
 	if _, ok := msg.Body.(*proto.BookMessage_Order); !ok {
 		return ""
 	}
-	return refuse
+	if slow {
+		return "new-maker-rate-limited"
+	}
+	stamped := b.stamped(author, msg.MakerStamp) // one hash, no lock
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	all, peers, _, _, why, whyPeer := b.adm.lane(stamped)
+	if all.Tokens() < 1 {
+		return why
+	}
+	if l, ok := peers[from]; ok && l.Tokens() < 1 {
+		return whyPeer
+	}
+	return ""
 }
 
 // selfMaker reports whether maker is this node.
@@ -244,7 +332,7 @@ func (b *Books) selfMaker(maker string) bool {
 // capLocked is how many orders maker may rest in one replica. Callers
 // hold b.mu.
 func (b *Books) capLocked(maker string) int {
-	if b.adm.cfg.Off || b.adm.known[maker] {
+	if b.establishedLocked(maker) {
 		return MaxOrdersPerMaker
 	}
 	return MaxOrdersNewMaker

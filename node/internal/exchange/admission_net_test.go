@@ -130,3 +130,108 @@ func TestSybilFloodStopsAtFirstHop(t *testing.T) {
 		})
 	}
 }
+
+// TestStampedNewcomerDuringFlood: a hostile host H, linked to replica A
+// only, floods 40 valid bids each from a fresh key; A admits 3 of them
+// (its budget for H) and relays them to B, which spends its budget for A
+// on them. An honest newcomer N, linked to A only, then publishes a bid:
+// with its stamp beside it, B admits it by gossip in the stamped lane the
+// flood could not touch. Control: the same newcomer without a stamp is
+// refused by B's gossip (new-maker-peer-limited) and B does not hold it
+// (no reconciliation runs in this test).
+func TestStampedNewcomerDuringFlood(t *testing.T) {
+	const flood, peerBurst = 40, 3
+	for _, withStamp := range []bool{true, false} {
+		t.Run(fmt.Sprintf("stamped=%v", withStamp), func(t *testing.T) {
+			adm := AdmissionConfig{Rate: slow, Burst: 10, PeerRate: slow, PeerBurst: peerBurst,
+				StampedRate: slow, StampedBurst: 10, StampedPeerRate: slow, StampedPeerBurst: peerBurst, StampBits: testStampBits}
+			a := newNetPeer(t, peerOpts{admission: adm})
+			b := newNetPeer(t, peerOpts{admission: adm})
+			var stamp []byte
+			n := newNetPeer(t, peerOpts{admission: adm, stamp: func() []byte { return stamp }})
+			if withStamp {
+				st, err := p2p.GrindStamp(context.Background(), n.h.ID(), testStampBits)
+				if err != nil {
+					t.Fatal(err)
+				}
+				stamp = st
+			}
+			connect(t, a, b)
+			connect(t, n, a)
+			meshed(t, a, b)
+			// Not meshed(n, a): its probes would make N known to B. N
+			// publishes to every peer of its topic (gossipsub's flood
+			// publishing), so A in its topic is enough.
+			waitUntil(t, "N to see A in the topic", func() bool {
+				n.books.mu.Lock()
+				top := n.books.topics[mkt]
+				n.books.mu.Unlock()
+				for _, p := range top.ListPeers() {
+					if p == a.h.ID() {
+						return true
+					}
+				}
+				return false
+			})
+
+			h := newNetPeer(t, peerOpts{noJoin: true})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			top, err := h.books.cfg.PubSub.Join(p2p.BookTopic(mkt))
+			if err != nil {
+				t.Fatal(err)
+			}
+			connect(t, h, a)
+			waitUntil(t, "the hostile host to see A in the topic", func() bool {
+				for _, p := range top.ListPeers() {
+					if p == a.h.ID() {
+						return true
+					}
+				}
+				return false
+			})
+			data, keys, ids := sybilBids(t, flood)
+			held := func(p *netPeer) (k int) {
+				for _, id := range ids {
+					if p.books.Holds(mkt, "USD", id) {
+						k++
+					}
+				}
+				return k
+			}
+			seenByA := func() int {
+				return held(a) + int(count(a.rejects, "book", "new-maker-peer-limited")+count(a.rejects, "book", "new-maker-limited"))
+			}
+			for i := range data {
+				pid, _ := peer.IDFromPrivateKey(keys[i])
+				if err := top.Publish(ctx, data[i], pubsub.WithSecretKeyAndPeerId(keys[i], pid)); err != nil {
+					t.Fatal(err)
+				}
+				if i%10 == 9 {
+					waitUntil(t, "A to see the batch", func() bool { return seenByA() == i+1 })
+				}
+			}
+			// B's budget for A is spent on the flood A relayed.
+			waitUntil(t, "B to hold what A admitted of the flood", func() bool { return held(b) == peerBurst })
+
+			env, ev := n.sealOrder(t, proto.Side_SIDE_BID, 1, 2_000, 77)
+			n.publish(t, env, ev, nil)
+			if withStamp {
+				waitUntil(t, "B to hold the stamped newcomer's bid", func() bool { return b.books.Holds(mkt, "USD", ev.Order.ID) })
+				if got := count(b.rejects, "book", "new-maker-peer-limited") + count(b.rejects, "book", "new-maker-limited"); got != 0 {
+					t.Errorf("B refused %v new makers, want none", got)
+				}
+				return
+			}
+			waitUntil(t, "B to refuse the unstamped newcomer's bid", func() bool {
+				return count(b.rejects, "book", "new-maker-peer-limited") == 1
+			})
+			if b.books.Holds(mkt, "USD", ev.Order.ID) {
+				t.Error("B holds the unstamped newcomer's bid it refused")
+			}
+			if !a.books.Holds(mkt, "USD", ev.Order.ID) {
+				t.Error("A, the newcomer's neighbour, does not hold its bid")
+			}
+		})
+	}
+}

@@ -198,7 +198,11 @@ type Config struct {
 	// Admission tunes how fast makers this node does not know yet are
 	// admitted (admission.go); the zero value is the defaults.
 	Admission AdmissionConfig
-	Hooks     Hooks
+	// Stamp is this node's maker stamp (p2p.GrindStamp), or nil while it
+	// has none (it is being ground): it travels beside each order this
+	// node publishes. Optional.
+	Stamp func() []byte
+	Hooks Hooks
 }
 
 // Books is a node's set of market replicas and their gossip. Its methods
@@ -639,7 +643,7 @@ func (b *Books) checkFrom(ctx context.Context, from peer.ID, ev *p2p.BookEvent) 
 		// (admission.go), so a flood of fresh keys is ignored here and
 		// goes no further.
 		b.mu.Lock()
-		why := b.admitLocked(o.Maker, from)
+		why := b.admitLocked(o.Maker, from, ev.MakerStamp)
 		b.mu.Unlock()
 		if why != "" {
 			b.reject("book", why)
@@ -650,7 +654,7 @@ func (b *Books) checkFrom(ctx context.Context, from peer.ID, ev *p2p.BookEvent) 
 			// keeping whatever becomes of the ask.
 			b.cfg.Offers.RememberSealed(ev.OfferProvider, ev.Offer, ev.OfferEnvelope)
 		}
-		if !b.allow(o.Maker) {
+		if !b.allowMaker(o.Maker) {
 			b.reject("book", "rate-limited")
 			return pubsub.ValidationIgnore
 		}

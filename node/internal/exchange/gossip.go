@@ -396,6 +396,11 @@ func (b *Books) Publish(ctx context.Context, mkt string, m *proto.BookMessage, e
 		return errNotJoined(mkt)
 	}
 	m = b.attach(m, ev)
+	if ev.Kind == p2p.KindOrder && b.cfg.Stamp != nil && b.selfMaker(ev.Order.Maker) {
+		if st := b.cfg.Stamp(); st != nil {
+			m = &proto.BookMessage{Body: m.Body, Offer: m.Offer, MakerStamp: st}
+		}
+	}
 	data, err := p2p.MarshalBook(m)
 	if err != nil {
 		return err
@@ -447,4 +452,13 @@ func (b *Books) attach(m *proto.BookMessage, ev *p2p.BookEvent) *proto.BookMessa
 		return &proto.BookMessage{Body: m.Body, CancelledOrder: c.order}
 	}
 	return m
+}
+
+// Stamp is the maker stamp this node's orders travel with now, or nil
+// (none configured, or still being ground).
+func (b *Books) Stamp() []byte {
+	if b.cfg.Stamp == nil {
+		return nil
+	}
+	return b.cfg.Stamp()
 }

@@ -40,6 +40,7 @@ type peerOpts struct {
 	providers func(ctx context.Context, mkt string, max int) []peer.AddrInfo
 	noJoin    bool // the test joins the market itself
 	admission AdmissionConfig
+	stamp     func() []byte // Config.Stamp
 }
 
 // coverCheck is the ask rule the node applies (askFacts), reduced to what
@@ -96,7 +97,7 @@ func newNetPeer(t *testing.T, opts peerOpts) *netPeer {
 		every = -1
 	}
 	cfg := Config{Host: h, PubSub: ps, Rejects: np.rejects, ReconcileEvery: every, Offers: np.offers, Log: slog.New(slog.DiscardHandler), Providers: opts.providers,
-		Admission: opts.admission}
+		Admission: opts.admission, Stamp: opts.stamp}
 	if np.offers != nil {
 		cfg.Hooks.CheckAsk = coverCheck(np.offers)
 	}

@@ -109,6 +109,14 @@ func Init(dir string, cfg Config, passphrase []byte) (crypto.PrivKey, error) {
 	return key, nil
 }
 
+// Or is a when it is not empty, else b: an option's list over the config's.
+func Or(a, b []string) []string {
+	if len(a) > 0 {
+		return a
+	}
+	return b
+}
+
 // IsInitialized reports whether dir holds a repo.
 func IsInitialized(dir string) bool {
 	_, err := os.Stat(filepath.Join(dir, configFile))
