@@ -41,8 +41,13 @@ var offerIntern = struct {
 // internedOffer is the opened offer sealed as b, if interned.
 func internedOffer(key [sha256.Size]byte, b []byte) *openedOffer {
 	offerIntern.Lock()
-	defer offerIntern.Unlock()
-	if e := offerIntern.m[key]; e != nil && bytes.Equal(e.env, b) {
+	e := offerIntern.m[key]
+	offerIntern.Unlock()
+	// The comparison of up to 64 KB runs outside the process-wide lock:
+	// an interned envelope is never written after internOffer. At 1,000
+	// simulated nodes, 250 asks opened by every replica queued ~50,000
+	// goroutines on this lock while it was held for the compare.
+	if e != nil && bytes.Equal(e.env, b) {
 		return e
 	}
 	return nil
