@@ -1,10 +1,13 @@
 package simnet
 
 import (
+	"context"
+	"io"
 	"testing"
 	"time"
 
 	corenet "github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 )
 
@@ -75,4 +78,91 @@ func TestConnView(t *testing.T) {
 		t.Fatal(err)
 	}
 	agree("ClosePeer", corenet.NotConnected)
+}
+
+// TestCmHostDial checks cmHost's Connect and NewStream, which skip
+// basichost's Connect while connView holds a connection: a first
+// Connect dials, a stream opens over it, a stream after a local close
+// dials again, and so does one after the far end closed.
+func TestCmHostDial(t *testing.T) {
+	mn := mocknet.New()
+	defer mn.Close()
+	a, err := mn.GenPeer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := mn.GenPeer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mn.LinkPeers(a.ID(), b.ID()); err != nil {
+		t.Fatal(err)
+	}
+	ha, err := withConnManager(a, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ha.Close()
+	hb, err := withConnManager(b, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hb.Close()
+	const echo = "/suanli/test/echo"
+	hb.SetStreamHandler(echo, func(s corenet.Stream) {
+		defer s.Close()
+		io.Copy(s, s)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	roundTrip := func(what string) {
+		t.Helper()
+		s, err := ha.NewStream(ctx, b.ID(), echo)
+		if err != nil {
+			t.Fatalf("%s: stream: %v", what, err)
+		}
+		defer s.Close()
+		if _, err := s.Write([]byte("ping")); err != nil {
+			t.Fatalf("%s: write: %v", what, err)
+		}
+		s.CloseWrite()
+		got, err := io.ReadAll(s)
+		if err != nil || string(got) != "ping" {
+			t.Fatalf("%s: echo %q, %v", what, got, err)
+		}
+	}
+	if err := ha.Connect(ctx, peer.AddrInfo{ID: b.ID(), Addrs: b.Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	if got := ha.Network().Connectedness(b.ID()); got != corenet.Connected {
+		t.Fatalf("after Connect: %v, want Connected", got)
+	}
+	// Connect again while connected: no new connection.
+	if err := ha.Connect(ctx, peer.AddrInfo{ID: b.ID()}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(a.Network().ConnsToPeer(b.ID())); n != 1 {
+		t.Fatalf("connections after a second Connect: %d, want 1", n)
+	}
+	roundTrip("connected")
+	if err := ha.Network().ClosePeer(b.ID()); err != nil {
+		t.Fatal(err)
+	}
+	roundTrip("after a local close")
+	// The far end closes; once the near end has seen it (mocknet tells
+	// it asynchronously), a stream dials again.
+	if err := hb.Network().ClosePeer(a.ID()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for ha.Network().Connectedness(b.ID()) == corenet.Connected {
+		if time.Now().After(deadline) {
+			t.Fatal("a never saw b close")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	roundTrip("after the far end closed")
+	if n := len(a.Network().ConnsToPeer(b.ID())); n != 1 {
+		t.Fatalf("connections at the end: %d, want 1", n)
+	}
 }
