@@ -117,6 +117,7 @@ func (b *Books) validator(mkt string) pubsub.ValidatorEx {
 		res := b.checkFrom(ctx, from, ev)
 		if res == pubsub.ValidationAccept {
 			msg.ValidatorData = ev
+			p2p.ShareGossipData(msg) // an ask's offer: one copy per process
 		}
 		return res
 	}
