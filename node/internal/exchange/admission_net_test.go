@@ -48,6 +48,54 @@ func sybilBids(t *testing.T, n int) (data [][]byte, keys []crypto.PrivKey, ids [
 	return data, keys, ids
 }
 
+// hostileFlood starts a hostile host, a raw gossipsub peer of the
+// topic with no validator of its own, linked to replica a only, and
+// publishes n valid bids to a, each from a fresh key, in batches that
+// gossipsub's outbound queue per peer (32) holds (a message it drops
+// would never reach a), waiting after each batch until a has admitted or
+// refused all of it. held counts the flood's bids a replica holds.
+func hostileFlood(t *testing.T, a *netPeer, n int) (held func(*netPeer) int) {
+	t.Helper()
+	h := newNetPeer(t, peerOpts{noJoin: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	top, err := h.books.cfg.PubSub.Join(p2p.BookTopic(mkt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	connect(t, h, a)
+	waitUntil(t, "the hostile host to see A in the topic", func() bool {
+		for _, p := range top.ListPeers() {
+			if p == a.h.ID() {
+				return true
+			}
+		}
+		return false
+	})
+	data, keys, ids := sybilBids(t, n)
+	held = func(p *netPeer) (k int) {
+		for _, id := range ids {
+			if p.books.Holds(mkt, "USD", id) {
+				k++
+			}
+		}
+		return k
+	}
+	seenByA := func() int {
+		return held(a) + int(count(a.rejects, "book", "new-maker-peer-limited")+count(a.rejects, "book", "new-maker-limited"))
+	}
+	for i := range data {
+		pid, _ := peer.IDFromPrivateKey(keys[i])
+		if err := top.Publish(ctx, data[i], pubsub.WithSecretKeyAndPeerId(keys[i], pid)); err != nil {
+			t.Fatal(err)
+		}
+		if i%10 == 9 {
+			waitUntil(t, "A to see the batch", func() bool { return seenByA() == i+1 })
+		}
+	}
+	return held
+}
+
 // TestSybilFloodStopsAtFirstHop: a hostile host H, linked to replica A
 // only, gossips 40 valid bids each signed by a fresh key (a Sybil); A
 // relays to B. A admits no more of H's new makers than the relaying
@@ -70,47 +118,7 @@ func TestSybilFloodStopsAtFirstHop(t *testing.T) {
 			meshed(t, a, b)
 			meshed(t, n, a)
 
-			// The hostile host: a raw gossipsub peer of the topic, no
-			// validator of its own.
-			h := newNetPeer(t, peerOpts{noJoin: true})
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			top, err := h.books.cfg.PubSub.Join(p2p.BookTopic(mkt))
-			if err != nil {
-				t.Fatal(err)
-			}
-			connect(t, h, a)
-			waitUntil(t, "the hostile host to see A in the topic", func() bool {
-				for _, p := range top.ListPeers() {
-					if p == a.h.ID() {
-						return true
-					}
-				}
-				return false
-			})
-			data, keys, ids := sybilBids(t, flood)
-			held := func(p *netPeer) (k int) {
-				for _, id := range ids {
-					if p.books.Holds(mkt, "USD", id) {
-						k++
-					}
-				}
-				return k
-			}
-			seenByA := func() int {
-				return held(a) + int(count(a.rejects, "book", "new-maker-peer-limited")+count(a.rejects, "book", "new-maker-limited"))
-			}
-			// In batches that gossipsub's outbound queue per peer (32)
-			// holds: a message it drops would never reach A.
-			for i := range data {
-				pid, _ := peer.IDFromPrivateKey(keys[i])
-				if err := top.Publish(ctx, data[i], pubsub.WithSecretKeyAndPeerId(keys[i], pid)); err != nil {
-					t.Fatal(err)
-				}
-				if i%10 == 9 {
-					waitUntil(t, "A to see the batch", func() bool { return seenByA() == i+1 })
-				}
-			}
+			held := hostileFlood(t, a, flood)
 			if off {
 				waitUntil(t, "B to hold the whole flood", func() bool { return held(b) == flood })
 				return
@@ -174,43 +182,7 @@ func TestStampedNewcomerDuringFlood(t *testing.T) {
 				return false
 			})
 
-			h := newNetPeer(t, peerOpts{noJoin: true})
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			top, err := h.books.cfg.PubSub.Join(p2p.BookTopic(mkt))
-			if err != nil {
-				t.Fatal(err)
-			}
-			connect(t, h, a)
-			waitUntil(t, "the hostile host to see A in the topic", func() bool {
-				for _, p := range top.ListPeers() {
-					if p == a.h.ID() {
-						return true
-					}
-				}
-				return false
-			})
-			data, keys, ids := sybilBids(t, flood)
-			held := func(p *netPeer) (k int) {
-				for _, id := range ids {
-					if p.books.Holds(mkt, "USD", id) {
-						k++
-					}
-				}
-				return k
-			}
-			seenByA := func() int {
-				return held(a) + int(count(a.rejects, "book", "new-maker-peer-limited")+count(a.rejects, "book", "new-maker-limited"))
-			}
-			for i := range data {
-				pid, _ := peer.IDFromPrivateKey(keys[i])
-				if err := top.Publish(ctx, data[i], pubsub.WithSecretKeyAndPeerId(keys[i], pid)); err != nil {
-					t.Fatal(err)
-				}
-				if i%10 == 9 {
-					waitUntil(t, "A to see the batch", func() bool { return seenByA() == i+1 })
-				}
-			}
+			held := hostileFlood(t, a, flood)
 			// B's budget for A is spent on the flood A relayed.
 			waitUntil(t, "B to hold what A admitted of the flood", func() bool { return held(b) == peerBurst })
 
