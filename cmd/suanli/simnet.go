@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/suanli/suanli/node/simnet"
@@ -73,6 +76,9 @@ func cmdSimnet(e *env, args []string) error {
 		defer p.stop()
 		cfg.Logger = slog.New(profWindow{cfg.Logger.Handler(), p})
 	}
+	if dir := os.Getenv("SUANLI_PROFILE_DIR"); dir != "" {
+		defer profileOnSignal(dir, cfg.Logger)()
+	}
 	rep, err := simnet.Run(ctx, cfg)
 	if err != nil {
 		return err
@@ -103,6 +109,45 @@ func writeHeapProfile(path string) error {
 		}
 	}
 	return nil
+}
+
+// profileOnSignal writes, each time the process gets SIGUSR1, the heap
+// profile and the goroutine profile (grouped by stack, as text) to dir as
+// heap.N.pb.gz and goroutine.N.txt: a look inside a long run (1,000 nodes
+// take half an hour to reach their measures) without stopping it, as a
+// SIGQUIT dump would, and without a debug port. The returned func stops
+// listening.
+func profileOnSignal(dir string, log *slog.Logger) func() {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGUSR1)
+	done := make(chan struct{})
+	go func() {
+		for n := 1; ; n++ {
+			select {
+			case <-done:
+				return
+			case <-sig:
+			}
+			for _, p := range []struct {
+				name, file string
+				debug      int
+			}{{"heap", fmt.Sprintf("heap.%d.pb.gz", n), 0}, {"goroutine", fmt.Sprintf("goroutine.%d.txt", n), 1}} {
+				f, err := os.Create(filepath.Join(dir, p.file))
+				if err == nil {
+					err = pprof.Lookup(p.name).WriteTo(f, p.debug)
+					if cerr := f.Close(); err == nil {
+						err = cerr
+					}
+				}
+				if err != nil {
+					log.Error("profile on SIGUSR1", "profile", p.name, "err", err)
+				} else {
+					log.Info("profile written", "file", filepath.Join(dir, p.file))
+				}
+			}
+		}
+	}()
+	return func() { signal.Stop(sig); close(done) }
 }
 
 // profWindow is a progress log handler that starts a CPU profile at the
