@@ -21,13 +21,21 @@ func answerKey(take string) []byte { return []byte(prefixAnswer + take) }
 // lease's terms, in one synced transaction, and only if neither the
 // answer nor a lease under the take's ID is stored yet (ErrAnswered): a
 // replayed take can never rewrite terms a first answer stored. reply is
-// the marshalled proto.TradeReply sent to the taker.
-func (s *Store) PutAcceptedTake(l *proto.Lease, reply []byte) error {
+// the marshalled proto.TradeReply sent to the taker. hold, if not nil, is
+// the hold of the lease's GPUs (HoldUnsynced), written again in the same
+// transaction, so that one sync makes both durable before the accept is
+// sent; if another lease holds the GPUs meanwhile, nothing is stored.
+func (s *Store) PutAcceptedTake(l *proto.Lease, reply []byte, hold *BlockHold) error {
 	b, err := gproto.Marshal(l)
 	if err != nil {
 		return err
 	}
 	return s.syncUpdate(func(txn *badger.Txn) error {
+		if hold != nil {
+			if err := s.hold(txn, *hold); err != nil {
+				return err
+			}
+		}
 		for _, k := range [][]byte{answerKey(l.Id), leaseKey(l.Id)} {
 			switch _, err := txn.Get(k); {
 			case err == nil:

@@ -98,31 +98,34 @@ type Hold struct {
 // transaction: if any is already held by another live lease (over: leases
 // it may take from), none is reserved.
 func (s *Store) ReserveGPUs(uuids []string, lease string, end time.Time, over ...string) error {
+	return s.syncUpdate(func(txn *badger.Txn) error { return s.reserveGPUs(txn, uuids, lease, end, over) })
+}
+
+// reserveGPUs is ReserveGPUs in txn.
+func (s *Store) reserveGPUs(txn *badger.Txn, uuids []string, lease string, end time.Time, over []string) error {
 	now := s.now().UnixMilli()
-	return s.syncUpdate(func(txn *badger.Txn) error {
-		for _, u := range uuids {
-			item, err := txn.Get(gpuKey(u))
-			if err == nil {
-				var held string
-				var until int64
-				if err := item.Value(func(v []byte) error {
-					held, until = decodeReservation(v)
-					return nil
-				}); err != nil {
-					return err
-				}
-				if until > now && held != lease && !slices.Contains(over, held) {
-					return fmt.Errorf("store: GPU %s is leased (%s)", u, held)
-				}
-			} else if !errors.Is(err, badger.ErrKeyNotFound) {
+	for _, u := range uuids {
+		item, err := txn.Get(gpuKey(u))
+		if err == nil {
+			var held string
+			var until int64
+			if err := item.Value(func(v []byte) error {
+				held, until = decodeReservation(v)
+				return nil
+			}); err != nil {
 				return err
 			}
-			if err := s.set(txn, gpuKey(u), reservation(end, lease)); err != nil {
-				return err
+			if until > now && held != lease && !slices.Contains(over, held) {
+				return fmt.Errorf("store: GPU %s is leased (%s)", u, held)
 			}
+		} else if !errors.Is(err, badger.ErrKeyNotFound) {
+			return err
 		}
-		return nil
-	})
+		if err := s.set(txn, gpuKey(u), reservation(end, lease)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ReleaseGPUs drops a lease's holds and forward blocks of the GPUs, in
@@ -237,40 +240,64 @@ func blocksOf(txn *badger.Txn, uuid string) ([]block, error) {
 // reserved if any GPU is held over that time by another lease (over:
 // leases it may take from).
 func (s *Store) ReserveBlock(uuids []string, lease string, from, end time.Time, over ...string) error {
-	if !from.After(s.now()) {
-		return s.ReserveGPUs(uuids, lease, end, over...)
+	h := BlockHold{GPUs: uuids, Lease: lease, From: from, End: end, Over: over}
+	return s.syncUpdate(func(txn *badger.Txn) error { return s.hold(txn, h) })
+}
+
+// BlockHold is what ReserveBlock holds: GPUs for a lease over [From, End),
+// unless another lease (but those in Over) holds any of them then.
+type BlockHold struct {
+	GPUs      []string
+	Lease     string
+	From, End time.Time
+	Over      []string
+}
+
+// HoldUnsynced is ReserveBlock without the sync: the hold is in force at
+// once (no other hold can take the GPUs), but a crash may lose it. It is
+// for a maker's hold of a take's GPUs, which PutAcceptedTake then writes
+// again, synced, with the lease it accepts: one sync on the way to the
+// accept instead of two, and a hold lost in a crash is the hold of a take
+// never answered.
+func (s *Store) HoldUnsynced(h BlockHold) error {
+	return s.update(func(txn *badger.Txn) error { return s.hold(txn, h) })
+}
+
+// hold is ReserveBlock in txn.
+func (s *Store) hold(txn *badger.Txn, h BlockHold) error {
+	if !h.From.After(s.now()) {
+		return s.reserveGPUs(txn, h.GPUs, h.Lease, h.End, h.Over)
 	}
-	f, e := from.UnixMilli(), end.UnixMilli()
-	return s.syncUpdate(func(txn *badger.Txn) error {
-		for _, u := range uuids {
-			if item, err := txn.Get(gpuKey(u)); err == nil {
-				var held string
-				var until int64
-				if err := item.Value(func(v []byte) error { held, until = decodeReservation(v); return nil }); err != nil {
-					return err
-				}
-				if until > f && held != lease && !slices.Contains(over, held) {
-					return fmt.Errorf("store: GPU %s is leased until %s (%s)", u, time.UnixMilli(until).UTC().Format(time.RFC3339), held)
-				}
-			} else if !errors.Is(err, badger.ErrKeyNotFound) {
+	uuids, lease, over := h.GPUs, h.Lease, h.Over
+	f, e := h.From.UnixMilli(), h.End.UnixMilli()
+	for _, u := range uuids {
+		if item, err := txn.Get(gpuKey(u)); err == nil {
+			var held string
+			var until int64
+			if err := item.Value(func(v []byte) error { held, until = decodeReservation(v); return nil }); err != nil {
 				return err
 			}
-			bs, err := blocksOf(txn, u)
-			if err != nil {
-				return err
+			if until > f && held != lease && !slices.Contains(over, held) {
+				return fmt.Errorf("store: GPU %s is leased until %s (%s)", u, time.UnixMilli(until).UTC().Format(time.RFC3339), held)
 			}
-			for _, b := range bs {
-				if b.lease != lease && b.start < e && f < b.end {
-					return fmt.Errorf("store: GPU %s has a block %s–%s (%s)", u, time.UnixMilli(b.start).UTC().Format(time.RFC3339),
-						time.UnixMilli(b.end).UTC().Format(time.RFC3339), b.lease)
-				}
-			}
-			if err := s.set(txn, calKey(u, f, lease), binary.BigEndian.AppendUint64(nil, uint64(e))); err != nil {
-				return err
+		} else if !errors.Is(err, badger.ErrKeyNotFound) {
+			return err
+		}
+		bs, err := blocksOf(txn, u)
+		if err != nil {
+			return err
+		}
+		for _, b := range bs {
+			if b.lease != lease && b.start < e && f < b.end {
+				return fmt.Errorf("store: GPU %s has a block %s–%s (%s)", u, time.UnixMilli(b.start).UTC().Format(time.RFC3339),
+					time.UnixMilli(b.end).UTC().Format(time.RFC3339), b.lease)
 			}
 		}
-		return nil
-	})
+		if err := s.set(txn, calKey(u, f, lease), binary.BigEndian.AppendUint64(nil, uint64(e))); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // BusyBetween lists the GPUs held at any time in [from, end): by a

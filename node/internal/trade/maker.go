@@ -197,7 +197,7 @@ func (t *Trader) answerTake(ctx context.Context, from peer.ID, take *proto.Take,
 	}
 	facts := mine.Facts
 
-	lease, victims, rej := t.reserveTake(take, takeID, to, facts, lookup, takerOffer, now)
+	lease, victims, hold, rej := t.reserveTake(take, takeID, to, facts, lookup, takerOffer, now)
 	if rej != "" {
 		return reject("%s", rej)
 	}
@@ -224,7 +224,7 @@ func (t *Trader) answerTake(ctx context.Context, from peer.ID, take *proto.Take,
 	reply := &proto.TradeReply{Body: &proto.TradeReply_Accept{Accept: accEnv}}
 	raw, err := gproto.Marshal(reply)
 	if err == nil {
-		err = t.Store.PutAcceptedTake(lease, raw)
+		err = t.Store.PutAcceptedTake(lease, raw, hold)
 	}
 	if err != nil {
 		if !errors.Is(err, store.ErrAnswered) {
@@ -250,7 +250,9 @@ func (t *Trader) answerTake(ctx context.Context, from peer.ID, take *proto.Take,
 // (chooseTake) the order is looked up again and checked against the
 // takes in flight, the pair re-matched, the lease's terms built and, for
 // an ask, its GPUs chosen; then, without the lock, the buyer's credit is
-// checked and the GPUs are held in the store (synced). On success the
+// checked and the GPUs are held in the store, not yet synced: answerTake
+// hands hold to PutAcceptedTake, which writes it again with the lease in
+// one synced transaction before the accept goes out. On success the
 // take's quantity counts as in flight on the order (its fill or
 // answerTake ends that); rej says why not otherwise, and nothing is left
 // held or counted.
@@ -261,20 +263,22 @@ func (t *Trader) answerTake(ctx context.Context, from peer.ID, take *proto.Take,
 // in the same transaction that writes it. No order is oversold: its
 // quantity is checked and counted in flight in one step under the lock.
 func (t *Trader) reserveTake(take *proto.Take, takeID string, to *market.Order, facts market.Facts,
-	lookup func() (market.Order, uint32, uint32, error), takerOffer *proto.Offer, now time.Time) (lease *proto.Lease, victims []market.Preemptible, rej string) {
-	lease, victims, hold, rej := t.chooseTake(take, takeID, to, facts, lookup, takerOffer, now)
+	lookup func() (market.Order, uint32, uint32, error), takerOffer *proto.Offer, now time.Time) (lease *proto.Lease, victims []market.Preemptible, hold *store.BlockHold, rej string) {
+	lease, victims, hold, rej = t.chooseTake(take, takeID, to, facts, lookup, takerOffer, now)
 	if rej != "" || hold == nil {
-		return lease, victims, rej
+		return lease, victims, hold, rej
 	}
 	defer t.drop(takeID, lease.Gpus)
-	refuse := func(why string) (*proto.Lease, []market.Preemptible, string) {
+	refuse := func(why string) (*proto.Lease, []market.Preemptible, *store.BlockHold, string) {
 		t.Inflight.Done(takeID)
-		return nil, nil, why
+		return nil, nil, nil, why
 	}
 	if err := t.Node.CheckCredit(lease, now); err != nil {
 		return refuse(err.Error())
 	}
-	if err := hold(); err != nil {
+	// Not synced here: PutAcceptedTake writes the hold again with the
+	// lease, synced, before the accept is sent.
+	if err := t.Store.HoldUnsynced(*hold); err != nil {
 		return refuse("reserving GPUs: " + err.Error())
 	}
 	if start := time.UnixMilli(lease.StartUnixMs); start.After(now) && len(victims) == 0 {
@@ -288,14 +292,14 @@ func (t *Trader) reserveTake(take *proto.Take, takeID string, to *market.Order, 
 			return refuse("the cluster's scheduler cannot hold the block: " + err.Error())
 		}
 	}
-	return lease, victims, ""
+	return lease, victims, hold, ""
 }
 
 // chooseTake is the part of reserveTake under the trade lock. For an
-// ask, hold is the store write that holds the GPUs chosen, which the
-// caller runs after the lock.
+// ask, hold is the store hold of the GPUs chosen, which the caller
+// writes after the lock.
 func (t *Trader) chooseTake(take *proto.Take, takeID string, to *market.Order, facts market.Facts,
-	lookup func() (market.Order, uint32, uint32, error), takerOffer *proto.Offer, now time.Time) (lease *proto.Lease, victims []market.Preemptible, hold func() error, rej string) {
+	lookup func() (market.Order, uint32, uint32, error), takerOffer *proto.Offer, now time.Time) (lease *proto.Lease, victims []market.Preemptible, hold *store.BlockHold, rej string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	mine, remaining, taking, err := lookup()
@@ -391,7 +395,7 @@ func (t *Trader) chooseTake(take *proto.Take, takeID string, to *market.Order, f
 	from, over := time.UnixMilli(lease.StartUnixMs), victimIDs(victims)
 	t.holdLocked(takeID, lease.Gpus)
 	t.Inflight.Add(takeID, take.MakerOrderId, take.Quantity)
-	return lease, victims, func() error { return t.Store.ReserveBlock(lease.Gpus, takeID, from, end, over...) }, ""
+	return lease, victims, &store.BlockHold{GPUs: lease.Gpus, Lease: takeID, From: from, End: end, Over: over}, ""
 }
 
 // preemptibleLocked is Node.Preemptible without the leases whose GPUs

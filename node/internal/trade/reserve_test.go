@@ -101,12 +101,12 @@ func reserve(tr *Trader, ask market.Order, takeID string) (*proto.Lease, string)
 		mine, rem, _ := tr.Books.Lookup(mkt, "USD", ask.ID)
 		return mine, rem, tr.Inflight.Of(ask.ID), nil
 	}
-	l, _, rej := tr.reserveTake(take, takeID, &bid, market.Facts{}, lookup, nil, now)
+	l, _, _, rej := tr.reserveTake(take, takeID, &bid, market.Facts{}, lookup, nil, now)
 	return l, rej
 }
 
 // TestReserveTakeOutsideTheLock: the maker's credit check (a scan of
-// payment acks with signature checks) and the synced hold of the GPUs run
+// payment acks with signature checks) and the hold of the GPUs run
 // without the trade lock, and still no GPU or quantity is sold twice: a
 // second take while the first is in its credit check gets the other GPU,
 // a third finds the order taken, and a take refused on credit leaves
