@@ -217,6 +217,7 @@ func (s *sim) trades(ctx context.Context, net *network, rep *Report, rng *mrand.
 	order := rng.Perm(len(buyers))
 	var cross, running, receipt []time.Duration
 	var rtts []float64
+	sameRegion := 0 // samples whose parties share a region (the ratio's small RTT)
 	for k := range samples {
 		b := buyers[order[k]]
 		// The taker's replica must hold an ask, or its bid would rest.
@@ -269,6 +270,9 @@ func (s *sim) trades(ctx context.Context, net *network, rep *Report, rng *mrand.
 		}
 		agreed := time.Since(t0)
 		rtt := s.rtt(b.PeerID(), pid)
+		if rtt == 2*cfg.Intra {
+			sameRegion++
+		}
 		cross = append(cross, agreed)
 		rtts = append(rtts, float64(agreed)/float64(rtt))
 		if err := waitEvery(ctx, time.Minute, pollEvery, func() bool {
@@ -297,7 +301,8 @@ func (s *sim) trades(ctx context.Context, net *network, rep *Report, rng *mrand.
 	}
 	st := statsOf(rs)
 	cm := Measure{Name: MeasureCrossing, Stats: st, FloorName: "1 RTT of the link", Floor: 1, Compare: "p50", Goal: 3,
-		Note: fmt.Sprintf("in RTTs of the taker-maker link (p50 %.1f ms wall); from PlaceOrder to both parties holding the doubly-signed fill", statsOf(cross).P50)}
+		Note: fmt.Sprintf("in RTTs of the taker-maker link (p50 %.1f ms wall; %d of %d samples within one region); from PlaceOrder to both parties holding the doubly-signed fill",
+			statsOf(cross).P50, sameRegion, len(rtts))}
 	rep.add(cm, false)
 	interval, fl := ms(cfg.BillingInterval), rep.Floors
 	rep.add(Measure{Name: MeasureLeaseRunning, Stats: statsOf(running), FloorName: "1 RTT inter", Floor: fl.RTTInter.P50, Compare: "p50"}, false)
