@@ -366,7 +366,8 @@ func (b *Book) early(o *Order) uint64 {
 		return 0
 	}
 	h := b.hash(o.ID)
-	b.sink += b.tombs.touch(h) + b.orders.touch(h)
+	b.tombs.prefetch(h)
+	b.orders.prefetch(h)
 	return h
 }
 
@@ -426,7 +427,7 @@ func (b *Book) rest(o *Order, h uint64, filled uint32, tombed bool) {
 // the order is refused.
 func (b *Book) Cancel(id, maker string) error {
 	h := b.hash(id)
-	b.sink += b.tombs.touch(h) // the tomb's line, loaded beside the order's
+	b.tombs.prefetch(h) // the tomb's line, loaded beside the order's
 	e := b.orders.get(h, id)
 	if e == nil {
 		return ErrNotFound
