@@ -78,15 +78,6 @@ func (t *liveTable) grow() {
 	}
 }
 
-// touch loads the slot h's lookup starts on, so that its miss overlaps
-// the caller's others (see memory.touch).
-func (t *liveTable) touch(h uint64) uint64 {
-	if t.slots == nil {
-		return 0
-	}
-	return t.slots[h&uint64(len(t.slots)-1)].h
-}
-
 // prefetch starts loading the slot h's lookup starts on, waiting for
 // nothing.
 func (t *liveTable) prefetch(h uint64) {
@@ -120,9 +111,10 @@ func (t *liveTable) del(h uint64, e *entry) {
 
 // memory is the book's replay memory of one kind of ID (dead orders, or
 // applied fills): records in a ring in arrival order, indexed by a table of
-// buckets of handles. Each event costs O(1): a look at one bucket (one cache
-// line) to look an ID up; an append, and at the cap dropping the oldest
-// record, to remember one. A record is forgotten logically once its expiry
+// buckets of handles, with a filter in front. Each event costs O(1): a look
+// at one line of the filter, and if that does not rule the ID out at one
+// bucket (one cache line), to look an ID up; an append, and at the cap
+// dropping the oldest record, to remember one. A record is forgotten logically once its expiry
 // is not after the book's sweep time (lookups skip it) and physically when
 // it reaches the ring's head in a sweep or is dropped at the cap.
 //
@@ -459,16 +451,6 @@ func (m *memory[V]) index(h uint64, seq uint64) uint32 {
 	}
 }
 
-// touch loads the index line id's lookup starts on (handle h) without
-// using it, so that a miss there overlaps the caller's other misses
-// instead of following them.
-func (m *memory[V]) touch(h uint64) uint64 {
-	if m.buckets == nil {
-		return 0
-	}
-	return m.buckets[slotTag(h)&uint32(len(m.buckets)-1)].s[0]
-}
-
 // prefetch starts loading the index line id's lookup or insert starts on
 // (handle h), and waits for nothing: a lookup the filter answers never
 // reads it, and an insert later finds it loaded.
@@ -488,10 +470,12 @@ func (m *memory[V]) prefetch(h uint64) {
 // whole, limit arrivals after it ended, when none of its records can be
 // in the ring. Every "maybe" is settled by the index and the ID's bytes.
 
-// filterBits is the filter's size per bucket of the index, per
-// generation: at the cap's load (4 records a bucket) 4 bits a record, a
-// false "maybe" for roughly one never-seen ID in six.
-const filterWordsShift = 2 // a word per 4 buckets
+// filterWordsShift sets the filter's size: a 64-bit word per generation
+// for every 1<<filterWordsShift buckets of the index. At the cap's load (4
+// records a bucket) that is 4 bits a record, a false "maybe" for about one
+// never-seen ID in five (TestReplayFilter), and at the default cap 512 KB
+// a generation.
+const filterWordsShift = 2
 
 func filterMix(tag uint32) uint64 { return uint64(tag) * 0x9e3779b97f4a7c15 }
 
