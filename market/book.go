@@ -123,7 +123,6 @@ type Book struct {
 
 	free    []*entry
 	slab    []entry  // fresh entries, allocated a slab at a time
-	sink    uint64   // what the touch loads read, kept so they are not elided
 	matches []Match  // Take's scratch
 	takes   []*entry // the entries of matches
 }
@@ -358,15 +357,18 @@ func (b *Book) Add(o *Order, now time.Time) error {
 }
 
 // early returns the handle of o's ID and starts loading the replay
-// memory's index line for it, so that the miss overlaps the order's
-// validation instead of following it. An ID too long to be valid is not
-// hashed (validation refuses it).
+// memory's index line and the order table's slot for it, so that the
+// misses overlap the order's validation instead of following it: the
+// lookup of a never-seen ID mostly ends at the memory's filter, and the
+// insert when the order dies finds the line loaded. An ID too long to be
+// valid is not hashed (validation refuses it).
 func (b *Book) early(o *Order) uint64 {
 	if len(o.ID) > MaxOrderIDLen {
 		return 0
 	}
 	h := b.hash(o.ID)
-	b.sink += b.tombs.touch(h) + b.orders.touch(h)
+	b.tombs.prefetch(h)
+	b.orders.prefetch(h)
 	return h
 }
 
@@ -426,7 +428,7 @@ func (b *Book) rest(o *Order, h uint64, filled uint32, tombed bool) {
 // the order is refused.
 func (b *Book) Cancel(id, maker string) error {
 	h := b.hash(id)
-	b.sink += b.tombs.touch(h) // the tomb's line, loaded beside the order's
+	b.tombs.prefetch(h) // the tomb's line, loaded beside the order's
 	e := b.orders.get(h, id)
 	if e == nil {
 		return ErrNotFound

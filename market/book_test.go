@@ -246,6 +246,14 @@ func (m *memory[V]) check(hash func(string) uint64) error {
 			if r := m.rec(seq); r.dead() || slotTag(hash(r.ID())) != uint32(s>>32) {
 				return fmt.Errorf("bucket %d: a live slot names record %q, deleted or another handle's", i, r.ID())
 			}
+			// The filter holds the slot in the generation it arrived in.
+			if seq < m.fstart-min(m.fstart, uint64(m.limit)) {
+				return fmt.Errorf("record %d arrived before the filter's older generation (from %d)", seq, m.fstart-uint64(m.limit))
+			}
+			w, bits := m.filterBitsOf(uint32(s >> 32))
+			if g := m.genOf(seq); m.filt[2*w+uint64(g)]&bits != bits {
+				return fmt.Errorf("record %q (arrival %d): not in filter generation %d", m.rec(seq).ID(), seq, g)
+			}
 			for k := uint32(s>>32) & mask; k != uint32(i); k = (k + 1) & mask {
 				passed[k]++
 			}
@@ -261,6 +269,12 @@ func (m *memory[V]) check(hash func(string) uint64) error {
 	}
 	if m.live > memLoad*len(m.buckets) {
 		return fmt.Errorf("index of %d buckets holds %d records", len(m.buckets), m.live)
+	}
+	if words := max(len(m.buckets)>>filterWordsShift, 1); m.buckets != nil && (len(m.filt) != 2*words || 1<<(64-m.fshift) != words) {
+		return fmt.Errorf("filter of %d words (shift %d) for %d buckets", len(m.filt), m.fshift, len(m.buckets))
+	}
+	if m.tail-m.fstart > uint64(m.limit) {
+		return fmt.Errorf("filter generation from %d, tail %d: over the limit %d", m.fstart, m.tail, m.limit)
 	}
 	return nil
 }
@@ -944,7 +958,10 @@ func TestReplayMemory(t *testing.T) {
 	for _, tc := range []struct {
 		limit int
 		tags  uint64 // distinct tags among handles; 0: all the hash gives
-	}{{1, 0}, {3, 0}, {64, 0}, {100, 0}, {1000, 0}, {100, 3}, {1000, 5}, {1000, 40}} {
+		// saturate: set every bit of the filter before each lookup, so
+		// every ID is a false "maybe" and the index alone answers.
+		saturate bool
+	}{{1, 0, false}, {3, 0, false}, {64, 0, false}, {100, 0, false}, {1000, 0, false}, {100, 3, false}, {1000, 5, false}, {1000, 40, false}, {100, 0, true}, {1000, 5, true}} {
 		limit := tc.limit
 		// With few tags, many IDs share a home bucket: buckets fill up
 		// and slots are stored past them.
@@ -1033,6 +1050,11 @@ func TestReplayMemory(t *testing.T) {
 				if step%7 == 0 && m.buckets != nil {
 					m.cleanBucket() // it runs every few thousand inserts
 				}
+				if tc.saturate && m.filt != nil && rng.IntN(2) == 0 {
+					for i := range m.filt {
+						m.filt[i] = ^uint64(0)
+					}
+				}
 				want, wantOK := lookup(id)
 				got, ok := m.get(h, id)
 				if ok != wantOK || (ok && (got.v != want.v || got.exp != want.exp)) {
@@ -1061,6 +1083,46 @@ func TestReplayMemory(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestReplayFilter checks that the filter in front of the replay index
+// answers most never-seen IDs itself (its point: at the cap's load about
+// one in six is a false "maybe"), while every remembered ID is still found
+// (TestReplayMemory and check hold that under every mix of operations),
+// across generations: after three full turns of the ring, the IDs of the
+// last limit arrivals are all found, and those dropped before them are not.
+func TestReplayFilter(t *testing.T) {
+	const limit = 1 << 14
+	seed := maphash.MakeSeed()
+	hash := func(id string) uint64 { return idHash(seed, id) }
+	m := newMemory[struct{}](limit, hash, nil)
+	ids := make([]string, 3*limit+limit/3)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("id%d", i)
+		m.put(hash(ids[i]), ids[i], 1, true)
+	}
+	if err := m.check(hash); err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range ids {
+		_, ok := m.get(hash(id), id)
+		if want := i >= len(ids)-limit; ok != want {
+			t.Fatalf("arrival %d of %d: get(%s) = %v, want %v", i, len(ids), id, ok, want)
+		}
+	}
+	maybes := 0
+	const probes = 20_000
+	for i := range probes {
+		if m.maybe(hash(fmt.Sprintf("never%d", i))) {
+			maybes++
+		}
+	}
+	// Expected ~0.2 at 4 bits a record and two generations; 0.5 is far
+	// outside chance, and a filter saying "maybe" to all is caught.
+	if maybes > probes/2 {
+		t.Errorf("%d of %d never-seen IDs passed the filter", maybes, probes)
+	}
+	t.Logf("%d of %d never-seen IDs passed the filter (%d words a generation)", maybes, probes, len(m.filt)/2)
 }
 
 // TestRecordSizes holds the replay memory's records at the sizes its

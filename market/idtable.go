@@ -2,6 +2,7 @@ package market
 
 import (
 	"hash/maphash"
+	"math/bits"
 	"slices"
 	"unsafe"
 )
@@ -77,13 +78,12 @@ func (t *liveTable) grow() {
 	}
 }
 
-// touch loads the slot h's lookup starts on, so that its miss overlaps
-// the caller's others (see memory.touch).
-func (t *liveTable) touch(h uint64) uint64 {
-	if t.slots == nil {
-		return 0
+// prefetch starts loading the slot h's lookup starts on, waiting for
+// nothing.
+func (t *liveTable) prefetch(h uint64) {
+	if t.slots != nil {
+		prefetch(unsafe.Pointer(&t.slots[h&uint64(len(t.slots)-1)]))
 	}
-	return t.slots[h&uint64(len(t.slots)-1)].h
 }
 
 // del removes e, held under handle h.
@@ -111,9 +111,10 @@ func (t *liveTable) del(h uint64, e *entry) {
 
 // memory is the book's replay memory of one kind of ID (dead orders, or
 // applied fills): records in a ring in arrival order, indexed by a table of
-// buckets of handles. Each event costs O(1): a look at one bucket (one cache
-// line) to look an ID up; an append, and at the cap dropping the oldest
-// record, to remember one. A record is forgotten logically once its expiry
+// buckets of handles, with a filter in front. Each event costs O(1): a look
+// at one line of the filter, and if that does not rule the ID out at one
+// bucket (one cache line), to look an ID up; an append, and at the cap
+// dropping the oldest record, to remember one. A record is forgotten logically once its expiry
 // is not after the book's sweep time (lookups skip it) and physically when
 // it reaches the ring's head in a sweep or is dropped at the cap.
 //
@@ -143,6 +144,17 @@ type memory[V any] struct {
 	// cleanMask: the cleaner clears a bucket when tail&cleanMask is 0,
 	// cleanCycle/len(buckets) inserts apart (no division on the way).
 	cleanMask uint64
+
+	// filt is a filter in front of the index (see maybe): two
+	// generations of word-sized Bloom filters, interleaved (generation
+	// g's word w at 2w+g) so one line answers a lookup; fshift picks the
+	// word. Generation fgen holds the slots of records arriving from
+	// arrival number fstart on; the other, those of the previous limit
+	// arrivals, so every record in the ring is in one of the two.
+	filt   []uint64
+	fshift uint8
+	fgen   uint8
+	fstart uint64
 }
 
 // memBucket is one cache line of the index. Slots hold 0 (empty) or a slot
@@ -240,7 +252,7 @@ func (m *memory[V]) seqOf(s uint64) (uint64, bool) {
 // find returns the bucket and slot of id's record, live or expired, and
 // its arrival number; bucket -1 if there is none.
 func (m *memory[V]) find(h uint64, id string) (int, int, uint64) {
-	if m.buckets == nil {
+	if m.buckets == nil || !m.maybe(h) {
 		return -1, 0, 0
 	}
 	mask := uint32(len(m.buckets) - 1)
@@ -336,11 +348,15 @@ func (m *memory[V]) put(h uint64, id string, exp int64, fresh bool) *memRec[V] {
 	}
 	r.id, r.exp, r.meta = unsafe.Pointer(unsafe.StringData(id)), exp, uint64(len(id))
 	seq := m.tail
+	if seq-m.fstart == uint64(m.limit) {
+		m.rotate()
+	}
 	m.tail++
 	m.live++
 	if m.live > memLoad*len(m.buckets) {
 		m.resize(m.grown())
 	}
+	m.mark(slotTag(h), m.fgen)
 	r.setPassed(m.index(h, seq))
 	if m.tail&m.cleanMask == 0 {
 		m.cleanBucket()
@@ -435,14 +451,70 @@ func (m *memory[V]) index(h uint64, seq uint64) uint32 {
 	}
 }
 
-// touch loads the index line id's lookup starts on (handle h) without
-// using it, so that a miss there overlaps the caller's other misses
-// instead of following them.
-func (m *memory[V]) touch(h uint64) uint64 {
-	if m.buckets == nil {
-		return 0
+// prefetch starts loading the index line id's lookup or insert starts on
+// (handle h), and waits for nothing: a lookup the filter answers never
+// reads it, and an insert later finds it loaded.
+func (m *memory[V]) prefetch(h uint64) {
+	if m.buckets != nil {
+		prefetch(unsafe.Pointer(&m.buckets[slotTag(h)&uint32(len(m.buckets)-1)]))
 	}
-	return m.buckets[slotTag(h)&uint32(len(m.buckets)-1)].s[0]
+}
+
+// The filter. A record's slot sets two bits of one word, chosen from its
+// tag (so a resize can rebuild the filter from the index alone), in the
+// generation it arrived in. A lookup whose bits are not both set in
+// either generation's word has no live slot: find stops there, without
+// the index's line, which for a never-seen ID is a cache miss. Bits are
+// never cleared one by one: deleted and dropped records leave theirs
+// set, costing only false "maybe"s, until their generation is cleared
+// whole, limit arrivals after it ended, when none of its records can be
+// in the ring. Every "maybe" is settled by the index and the ID's bytes.
+
+// filterWordsShift sets the filter's size: a 64-bit word per generation
+// for every 1<<filterWordsShift buckets of the index. At the cap's load (4
+// records a bucket) that is 4 bits a record, a false "maybe" for about one
+// never-seen ID in five (TestReplayFilter), and at the default cap 512 KB
+// a generation.
+const filterWordsShift = 2
+
+func filterMix(tag uint32) uint64 { return uint64(tag) * 0x9e3779b97f4a7c15 }
+
+// filterBitsOf returns the word index (of fshift) and the two bits of tag.
+func (m *memory[V]) filterBitsOf(tag uint32) (uint64, uint64) {
+	x := filterMix(tag)
+	return x >> m.fshift, 1<<(x&63) | 1<<(x>>6&63)
+}
+
+// maybe reports whether the index may hold a live slot of handle h.
+func (m *memory[V]) maybe(h uint64) bool {
+	w, bits := m.filterBitsOf(slotTag(h))
+	p := m.filt[2*w : 2*w+2 : 2*w+2]
+	return p[0]&bits == bits || p[1]&bits == bits
+}
+
+// mark sets tag's bits in generation g.
+func (m *memory[V]) mark(tag uint32, g uint8) {
+	w, bits := m.filterBitsOf(tag)
+	m.filt[2*w+uint64(g)] |= bits
+}
+
+// rotate starts a new generation at the present arrival number: the
+// older one, whose records have all left the ring (it ended limit
+// arrivals ago), is cleared and takes the new arrivals.
+func (m *memory[V]) rotate() {
+	m.fgen ^= 1
+	m.fstart = m.tail
+	for i := int(m.fgen); i < len(m.filt); i += 2 {
+		m.filt[i] = 0
+	}
+}
+
+// genOf is the filter generation record seq arrived in.
+func (m *memory[V]) genOf(seq uint64) uint8 {
+	if seq >= m.fstart {
+		return m.fgen
+	}
+	return m.fgen ^ 1
 }
 
 // resize rebuilds the index with n buckets, leaving stale slots out, and
@@ -453,6 +525,9 @@ func (m *memory[V]) resize(n int) {
 	old := m.buckets
 	m.buckets = hugeSlice[memBucket](n)
 	m.cleanMask = cleanCycle/uint64(n) - 1
+	words := max(n>>filterWordsShift, 1)
+	m.filt = hugeSlice[uint64](2 * words)
+	m.fshift = uint8(64 - bits.TrailingZeros(uint(words)))
 	oldMask := uint32(len(old) - 1)
 	for i := range old {
 		for _, s := range &old[i].s {
@@ -469,6 +544,7 @@ func (m *memory[V]) resize(n int) {
 			if dist := m.index(s&^0xffffffff, seq); (dist > 0) != (was > 0) {
 				m.rec(seq).setPassed(dist)
 			}
+			m.mark(uint32(s>>32), m.genOf(seq))
 		}
 	}
 }

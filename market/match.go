@@ -217,7 +217,8 @@ func (b *Book) Take(dst []Fill, o *Order, now time.Time, agree func(*Match) stri
 		// Load the fill's index line and the resting order's tomb line
 		// together, and check the fill while they come: the misses
 		// overlap each other and the work.
-		b.sink += b.fills.touch(fh) + b.tombs.touch(ents[k].h)
+		b.fills.prefetch(fh)
+		b.tombs.prefetch(ents[k].h)
 		f := m.Fill(o, now)
 		f.ID = id
 		if err := validateFill(&f); err != nil {

@@ -1,0 +1,8 @@
+//go:build !amd64
+
+package market
+
+import "unsafe"
+
+// prefetch does nothing here: no prefetch instruction is wired up.
+func prefetch(p unsafe.Pointer) {}
