@@ -32,18 +32,55 @@ type openedOffer struct {
 	signer peer.ID
 }
 
-var offerIntern = struct {
-	sync.Mutex
-	m     map[[sha256.Size]byte]*openedOffer
-	order [][sha256.Size]byte // oldest first
+var offerIntern = newInternTable[[sha256.Size]byte](maxInternedOfferBytes, func(e *openedOffer) int { return len(e.env) })
+
+// internTable is a process-wide table of shared values by key, bounded by
+// the values' total size: past max the oldest are forgotten (their
+// holders keep them).
+type internTable[K comparable, V any] struct {
+	mu    sync.Mutex
+	m     map[K]V
+	order []K // oldest first
 	bytes int
-}{m: map[[sha256.Size]byte]*openedOffer{}}
+	max   int
+	size  func(V) int
+}
+
+func newInternTable[K comparable, V any](max int, size func(V) int) *internTable[K, V] {
+	return &internTable[K, V]{m: map[K]V{}, max: max, size: size}
+}
+
+// get is the value interned under k, if any.
+func (t *internTable[K, V]) get(k K) (V, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	v, ok := t.m[k]
+	return v, ok
+}
+
+// add interns v under k unless a value is there already, and returns
+// what is interned under k.
+func (t *internTable[K, V]) add(k K, v V) V {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if old, ok := t.m[k]; ok {
+		return old // interned meanwhile by another caller
+	}
+	t.m[k] = v
+	t.order = append(t.order, k)
+	t.bytes += t.size(v)
+	for t.bytes > t.max && len(t.order) > 1 {
+		old := t.order[0]
+		t.order = t.order[1:]
+		t.bytes -= t.size(t.m[old])
+		delete(t.m, old)
+	}
+	return v
+}
 
 // internedOffer is the opened offer sealed as b, if interned.
 func internedOffer(key [sha256.Size]byte, b []byte) *openedOffer {
-	offerIntern.Lock()
-	e := offerIntern.m[key]
-	offerIntern.Unlock()
+	e, _ := offerIntern.get(key)
 	// The comparison of up to 64 KB runs outside the process-wide lock:
 	// an interned envelope is never written after internOffer. At 1,000
 	// simulated nodes, 250 asks opened by every replica queued ~50,000
@@ -57,22 +94,10 @@ func internedOffer(key [sha256.Size]byte, b []byte) *openedOffer {
 // internOffer remembers an opened offer (its own copy of the bytes) and
 // returns what is interned for it.
 func internOffer(key [sha256.Size]byte, b []byte, o *proto.Offer, signer peer.ID) *openedOffer {
-	offerIntern.Lock()
-	defer offerIntern.Unlock()
-	if e := offerIntern.m[key]; e != nil {
+	if e, ok := offerIntern.get(key); ok {
 		return e // opened meanwhile by another caller
 	}
-	e := &openedOffer{env: bytes.Clone(b), offer: o, signer: signer}
-	offerIntern.m[key] = e
-	offerIntern.order = append(offerIntern.order, key)
-	offerIntern.bytes += len(b)
-	for offerIntern.bytes > maxInternedOfferBytes && len(offerIntern.order) > 1 {
-		old := offerIntern.order[0]
-		offerIntern.order = offerIntern.order[1:]
-		offerIntern.bytes -= len(offerIntern.m[old].env)
-		delete(offerIntern.m, old)
-	}
-	return e
+	return offerIntern.add(key, &openedOffer{env: bytes.Clone(b), offer: o, signer: signer})
 }
 
 // Large gossiped payloads are shared the same way. An ask that carries
@@ -94,12 +119,7 @@ const minSharedGossip = 4 << 10
 // oldest are forgotten (messages holding them keep them).
 const maxSharedGossipBytes = 64 << 20
 
-var gossipIntern = struct {
-	sync.Mutex
-	m     map[string][]byte
-	order []string // oldest first
-	bytes int
-}{m: map[string][]byte{}}
+var gossipIntern = newInternTable[string](maxSharedGossipBytes, func(b []byte) int { return len(b) })
 
 // ShareGossipData replaces msg's payload with the process's shared copy of
 // the same bytes, interning it if it is the first. Call it only from a
@@ -111,10 +131,7 @@ func ShareGossipData(msg *pubsub.Message) {
 	if msg == nil || msg.Message == nil || len(msg.Data) < minSharedGossip || len(msg.ID) != sha256.Size {
 		return
 	}
-	gossipIntern.Lock()
-	shared, ok := gossipIntern.m[msg.ID]
-	gossipIntern.Unlock()
-	if ok {
+	if shared, ok := gossipIntern.get(msg.ID); ok {
 		// Outside the lock, as internedOffer: shared bytes are immutable.
 		if bytes.Equal(shared, msg.Data) {
 			msg.Data = shared
@@ -124,19 +141,5 @@ func ShareGossipData(msg *pubsub.Message) {
 	if sum := sha256.Sum256(msg.Data); string(sum[:]) != msg.ID {
 		return // not a book topic's ID: nothing to key it by safely
 	}
-	gossipIntern.Lock()
-	defer gossipIntern.Unlock()
-	if shared, ok := gossipIntern.m[msg.ID]; ok {
-		msg.Data = shared // interned meanwhile; same hash, same bytes
-		return
-	}
-	gossipIntern.m[msg.ID] = msg.Data
-	gossipIntern.order = append(gossipIntern.order, msg.ID)
-	gossipIntern.bytes += len(msg.Data)
-	for gossipIntern.bytes > maxSharedGossipBytes && len(gossipIntern.order) > 1 {
-		old := gossipIntern.order[0]
-		gossipIntern.order = gossipIntern.order[1:]
-		gossipIntern.bytes -= len(gossipIntern.m[old])
-		delete(gossipIntern.m, old)
-	}
+	msg.Data = gossipIntern.add(msg.ID, msg.Data) // if interned meanwhile: same hash, same bytes
 }
