@@ -234,6 +234,7 @@ func (t *Trader) answerTake(ctx context.Context, from peer.ID, take *proto.Take,
 		return reject("storing lease: %v", err)
 	}
 	t.Books.ApplyFill(ev)
+	t.Node.StartLease(ev)
 	t.preempt(victims, takeID, now)
 	t.Node.CapacityChanged() // GPUs leased
 	t.Node.Spawn(func() {

@@ -179,6 +179,7 @@ func (t *Trader) take(ctx context.Context, o *market.Order, env []byte, m market
 		// stored fail the lease, which could not be resumed.
 		termsErr := t.Store.PutLease(ev.Lease)
 		t.Books.ApplyFill(ev)
+		t.Node.StartLease(ev)
 		if termsErr != nil {
 			t.Node.TermsFailed(ev.Lease.Id, termsErr)
 		}

@@ -68,6 +68,12 @@ type Node interface {
 	CheckBidCredit(bidID, buyer string, count uint32, price int64, currency string, d time.Duration) error
 	// CapacityChanged tells the offer that GPUs were leased.
 	CapacityChanged()
+	// StartLease starts the lease of a fill this node is party to,
+	// unless it runs already. Applying the fill starts it too, but when
+	// the fill's gossip was applied first its lease may still be
+	// starting on the gossip's goroutine: a take's result names the
+	// lease, so it must exist when the take returns.
+	StartLease(ev *p2p.BookEvent)
 	// PublishBook gossips a book message of mkt.
 	PublishBook(ctx context.Context, mkt string, m *proto.BookMessage, ev *p2p.BookEvent) error
 	// Spawn runs fn on a goroutine Close waits for, unless closing.
