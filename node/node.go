@@ -426,6 +426,7 @@ func New(opts ...Option) (_ *Node, err error) {
 	p2p.HandleTakes(n.host, n.trade.HandleTake)
 	p2p.HandleSync(n.host, n.books.AnswerSync)
 	p2p.HandleOffer(n.host, n.ownSealed, func() { n.metrics.Rejects.WithLabelValues("offer-request", "rate-limited").Inc() })
+	p2p.HandleOfferDigest(n.host, n.offers.Held, func() { n.metrics.Rejects.WithLabelValues("offer-pull", "rate-limited").Inc() })
 	if err := n.startLeases(o); err != nil {
 		return nil, err
 	}
@@ -470,7 +471,7 @@ func (n *Node) Close() error {
 		}
 		if n.host != nil {
 			// Stop accepting streams before waiting for the workers.
-			for _, p := range []protocol.ID{p2p.TradeProtocol, p2p.SyncProtocol, p2p.ReconcileProtocol, p2p.AttestProtocol, p2p.OfferProtocol} {
+			for _, p := range []protocol.ID{p2p.TradeProtocol, p2p.SyncProtocol, p2p.ReconcileProtocol, p2p.AttestProtocol, p2p.OfferProtocol, p2p.OfferDigestProtocol} {
 				n.host.RemoveStreamHandler(p)
 			}
 			if n.leases != nil {

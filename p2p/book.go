@@ -188,6 +188,11 @@ type BookEvent struct {
 	Take       *proto.Take
 	TakerOrder *market.Order
 	Raw        *proto.Fill
+	// OfferDigest (an ask's, when it travelled with the digest of its
+	// offer instead of the offer): OfferDigestSize bytes, the SHA-256 of
+	// the sealed offer, which the replica pulls from the relaying peer
+	// when it holds none with this digest (AttachPulled).
+	OfferDigest []byte
 	// MakerStamp (KindOrder) is the stamp that travelled beside the
 	// order, StampSize bytes or none; its work is not checked here
 	// (StampWork).
@@ -229,10 +234,21 @@ func (v *Verified) DecodeBook(data []byte, mkt string, now time.Time) (*BookEven
 		if len(msg.CancelledOrder) > 0 {
 			return nil, fmt.Errorf("%w: an order with a cancelled order beside it", ErrBookSchema)
 		}
-		if len(msg.Offer) > 0 {
+		switch {
+		case len(msg.Offer) > 0 && len(msg.OfferDigest) > 0:
+			return nil, fmt.Errorf("%w: an offer and an offer digest beside one ask", ErrBookSchema)
+		case len(msg.Offer) > 0:
 			if err := v.attachOffer(ev, msg.Offer, now); err != nil {
 				return nil, err
 			}
+		case len(msg.OfferDigest) > 0:
+			if o.Side != market.Ask {
+				return nil, fmt.Errorf("%w: an offer digest beside a bid", ErrBookOffer)
+			}
+			if len(msg.OfferDigest) != OfferDigestSize {
+				return nil, fmt.Errorf("%w: offer digest of %d bytes", ErrBookSchema, len(msg.OfferDigest))
+			}
+			ev.OfferDigest = msg.OfferDigest
 		}
 		return ev, nil
 	case *proto.BookMessage_Cancel:
@@ -249,7 +265,7 @@ func (v *Verified) DecodeBook(data []byte, mkt string, now time.Time) (*BookEven
 		if c.OrderId == "" || len(c.OrderId) > market.MaxOrderIDLen {
 			return nil, fmt.Errorf("%w: cancel order id", ErrBookSchema)
 		}
-		if len(msg.Offer) > 0 || len(msg.MakerStamp) > 0 {
+		if len(msg.Offer) > 0 || len(msg.OfferDigest) > 0 || len(msg.MakerStamp) > 0 {
 			return nil, fmt.Errorf("%w: a cancel with an offer or stamp beside it", ErrBookSchema)
 		}
 		ev := &BookEvent{Kind: KindCancel, Cancel: c, Envelope: body.Cancel}
@@ -262,7 +278,7 @@ func (v *Verified) DecodeBook(data []byte, mkt string, now time.Time) (*BookEven
 		}
 		return ev, nil
 	case *proto.BookMessage_Fill:
-		if len(msg.Offer) > 0 || len(msg.CancelledOrder) > 0 || len(msg.MakerStamp) > 0 {
+		if len(msg.Offer) > 0 || len(msg.OfferDigest) > 0 || len(msg.CancelledOrder) > 0 || len(msg.MakerStamp) > 0 {
 			return nil, fmt.Errorf("%w: a fill with an offer, order or stamp beside it", ErrBookSchema)
 		}
 		ev, err := v.OpenFill(body.Fill, now)
@@ -295,6 +311,20 @@ func (v *Verified) attachOffer(ev *BookEvent, env []byte, now time.Time) error {
 	}
 	ev.Offer, ev.OfferProvider, ev.OfferEnvelope = o, signer, env
 	return nil
+}
+
+// AttachPulled verifies a sealed offer pulled for the ask of ev, which
+// travelled with the offer's digest (ev.OfferDigest), and records it there
+// as attachOffer would: the offer must be the one the digest names (the
+// ask's author signed the digest) and pass attachOffer's checks.
+func (v *Verified) AttachPulled(ev *BookEvent, env []byte, now time.Time) error {
+	if ev.Kind != KindOrder || len(ev.OfferDigest) != OfferDigestSize {
+		return fmt.Errorf("%w: no offer digest beside the order", ErrBookOffer)
+	}
+	if d := OfferDigest(env); !bytes.Equal(d[:], ev.OfferDigest) {
+		return fmt.Errorf("%w: pulled offer does not match the ask's digest", ErrBookOffer)
+	}
+	return v.attachOffer(ev, env, now)
 }
 
 // cancelledOrder verifies the order that travelled beside cancel c signed

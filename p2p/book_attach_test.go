@@ -28,8 +28,10 @@ func bookAttachedSeeds(tb testing.TB) [][]byte {
 	offer := seal(tb, maker.key, testOffer(maker.id, 7, bookNow))
 	ask := bookSignedOrder(tb, maker, maker, proto.Side_SIDE_ASK, nil)
 	orderEnv := bookSeal(tb, maker.key, bookOrder(maker.id, proto.Side_SIDE_ASK))
+	d := p2p.OfferDigest(offer)
 	return [][]byte{
 		bookWith(tb, ask, offer, nil),
+		bookWithDigest(tb, ask, d[:]),
 		bookWith(tb, bookCancelMsg(tb, bookSeal(tb, maker.key, bookCancel(tb, maker))), nil, orderEnv),
 	}
 }
@@ -101,5 +103,102 @@ func TestDecodeBookAttached(t *testing.T) {
 				t.Fatalf("reason %q, want bad-offer", p2p.BookReason(err))
 			}
 		})
+	}
+}
+
+// bookWithDigest is a book message with an offer digest beside its body.
+func bookWithDigest(tb testing.TB, body, digest []byte) []byte {
+	tb.Helper()
+	var m proto.BookMessage
+	if err := gproto.Unmarshal(body, &m); err != nil {
+		tb.Fatal(err)
+	}
+	m.OfferDigest = digest
+	return bookMarshal(tb, &m)
+}
+
+// TestDecodeBookOfferDigest: an ask with its offer's digest beside it
+// decodes with the digest and no offer; AttachPulled then takes the offer
+// the digest names and nothing else: another offer, even a valid one of
+// the maker's, is bad-offer, as is the named offer when it does not back
+// the ask (signed by another key). A digest beside a bid is bad-offer; of
+// the wrong size, beside an offer, a cancel or a fill, a schema error.
+func TestDecodeBookOfferDigest(t *testing.T) {
+	maker, third := bookKey(t, bookMakerSeed), bookKey(t, bookThirdSeed)
+	offer := seal(t, maker.key, testOffer(maker.id, 7, bookNow))
+	d := p2p.OfferDigest(offer)
+	ask := bookSignedOrder(t, maker, maker, proto.Side_SIDE_ASK, nil)
+
+	ev, err := p2p.DecodeBook(bookWithDigest(t, ask, d[:]), bookMkt, bookNow)
+	if err != nil {
+		t.Fatalf("ask with its offer's digest: %v", err)
+	}
+	if ev.Offer != nil || string(ev.OfferDigest) != string(d[:]) {
+		t.Fatalf("ask with a digest decoded as %+v", ev)
+	}
+	if err := (*p2p.Verified)(nil).AttachPulled(ev, offer, bookNow); err != nil {
+		t.Fatalf("AttachPulled(the named offer) = %v", err)
+	}
+	if ev.Offer == nil || ev.OfferProvider != maker.id || string(ev.OfferEnvelope) != string(offer) {
+		t.Fatalf("pulled offer attached as %+v", ev)
+	}
+
+	thirdOffer := seal(t, third.key, testOffer(third.id, 7, bookNow))
+	for _, c := range []struct {
+		name   string
+		digest [p2p.OfferDigestSize]byte
+		pulled []byte
+	}{
+		{"another offer of the maker's", d, seal(t, maker.key, testOffer(maker.id, 8, bookNow))},
+		{"the named offer, another's", p2p.OfferDigest(thirdOffer), thirdOffer},
+		{"junk", d, []byte("junk")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ev, err := p2p.DecodeBook(bookWithDigest(t, ask, c.digest[:]), bookMkt, bookNow)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := (*p2p.Verified)(nil).AttachPulled(ev, c.pulled, bookNow); !errors.Is(err, p2p.ErrBookOffer) || ev.Offer != nil {
+				t.Fatalf("AttachPulled = %v, offer %v; want bad-offer, none attached", err, ev.Offer)
+			}
+		})
+	}
+
+	cancel := bookCancelMsg(t, bookSeal(t, maker.key, bookCancel(t, maker)))
+	withBoth := func() []byte {
+		var m proto.BookMessage
+		if err := gproto.Unmarshal(bookWith(t, ask, offer, nil), &m); err != nil {
+			t.Fatal(err)
+		}
+		m.OfferDigest = d[:]
+		return bookMarshal(t, &m)
+	}()
+	for _, c := range []struct {
+		name string
+		msg  []byte
+		want error
+	}{
+		{"digest beside a bid", bookWithDigest(t, bookSignedOrder(t, maker, maker, proto.Side_SIDE_BID, nil), d[:]), p2p.ErrBookOffer},
+		{"short digest", bookWithDigest(t, ask, d[:31]), p2p.ErrBookSchema},
+		{"long digest", bookWithDigest(t, ask, append(d[:], 0)), p2p.ErrBookSchema},
+		{"digest and offer", withBoth, p2p.ErrBookSchema},
+		{"digest beside a cancel", bookWithDigest(t, cancel, d[:]), p2p.ErrBookSchema},
+		{"digest beside a fill", bookWithDigest(t, bookNewTrade(t, proto.Side_SIDE_BID).msg(t), d[:]), p2p.ErrBookSchema},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ev, err := p2p.DecodeBook(c.msg, bookMkt, bookNow)
+			if !errors.Is(err, c.want) {
+				t.Fatalf("DecodeBook = %+v, %v; want %v", ev, err, c.want)
+			}
+			bookCheckRefused(t, ev, err)
+		})
+	}
+	// A pull for an ask that travelled without a digest is refused.
+	plain, err := p2p.DecodeBook(ask, bookMkt, bookNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (*p2p.Verified)(nil).AttachPulled(plain, offer, bookNow); !errors.Is(err, p2p.ErrBookOffer) {
+		t.Fatalf("AttachPulled without a digest = %v, want bad-offer", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -156,5 +157,78 @@ func TestHandleOfferLimits(t *testing.T) {
 	})
 	if e, err := p2p.RequestOffer(ctx, a, d.ID()); err == nil || !strings.Contains(err.Error(), "more than") {
 		t.Errorf("RequestOffer of an oversized answer = %d bytes, %v; want a size error", len(e), err)
+	}
+}
+
+// TestOfferDigestProtocol: a peer answers a digest with the offer it holds
+// under it, and nothing for one it does not hold (ErrNoOffer); an answer
+// that is not the offer asked for is refused (ErrOfferDigest), and a
+// request cut short gets no answer. Each asker is rationed: past the
+// burst, refusals are counted and answered with nothing.
+func TestOfferDigestProtocol(t *testing.T) {
+	ctx := dhtContext(t)
+	a, _ := newLoopbackHost(t)
+	b, k := newLoopbackHost(t)
+	connectMesh(ctx, t, a, b)
+	env := seal(t, k, &proto.Offer{Seq: 1})
+	d := p2p.OfferDigest(env)
+	var refused atomic.Int64
+	p2p.HandleOfferDigest(b, func(got [p2p.OfferDigestSize]byte) []byte {
+		if got == d {
+			return env
+		}
+		return nil
+	}, func() { refused.Add(1) })
+
+	start := time.Now() // b's ration refills from its first answer on
+	if e, err := p2p.RequestOfferDigest(ctx, a, b.ID(), d); err != nil || !bytes.Equal(e, env) {
+		t.Fatalf("RequestOfferDigest(held) = %d bytes, %v; want the envelope", len(e), err)
+	}
+	other := p2p.OfferDigest([]byte("another offer"))
+	if _, err := p2p.RequestOfferDigest(ctx, a, b.ID(), other); !errors.Is(err, p2p.ErrNoOffer) {
+		t.Fatalf("RequestOfferDigest(not held) = %v, want ErrNoOffer", err)
+	}
+
+	// A liar answers every digest with the offer it has.
+	c, _ := newLoopbackHost(t)
+	connectMesh(ctx, t, a, c)
+	p2p.HandleOfferDigest(c, func([p2p.OfferDigestSize]byte) []byte { return env }, nil)
+	if e, err := p2p.RequestOfferDigest(ctx, a, c.ID(), other); !errors.Is(err, p2p.ErrOfferDigest) {
+		t.Fatalf("RequestOfferDigest of a liar = %d bytes, %v; want ErrOfferDigest", len(e), err)
+	}
+	// Negative control: the liar's answer to the digest it matches.
+	if _, err := p2p.RequestOfferDigest(ctx, a, c.ID(), d); err != nil {
+		t.Fatalf("RequestOfferDigest of the liar's own offer = %v", err)
+	}
+
+	// A request of 5 bytes: no answer.
+	s, err := a.NewStream(ctx, b.ID(), p2p.OfferDigestProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Write([]byte("short"))
+	s.CloseWrite()
+	s.SetDeadline(time.Now().Add(10 * time.Second))
+	if got, _ := io.ReadAll(s); len(got) != 0 {
+		t.Fatalf("a short request was answered with %d bytes", len(got))
+	}
+	s.Close()
+
+	// The ration: the first three asks above used 2 of b's burst of 400.
+	const asks = 460
+	got := 0
+	for range asks {
+		if _, err := p2p.RequestOfferDigest(ctx, a, b.ID(), d); err == nil {
+			got++
+		} else if !errors.Is(err, p2p.ErrNoOffer) {
+			t.Fatal(err)
+		}
+	}
+	elapsed := time.Since(start)
+	if most := 398 + int(50*elapsed.Seconds()) + 1; got > most || got < 398 { // elapsed since the first answer
+		t.Errorf("%d of %d asks answered in %v; want 398..%d", got, asks, elapsed, most)
+	}
+	if int(refused.Load()) != asks-got {
+		t.Errorf("refused counted %d, want %d", refused.Load(), asks-got)
 	}
 }

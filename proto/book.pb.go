@@ -1076,8 +1076,8 @@ type BookMessage struct {
 	// offer, beside an ask, is the sealed Offer (offer.proto, in its
 	// envelope) that backs it: its maker's, or for a resale ask the resold
 	// lease's provider's. A replica checks the ask against it without a DHT
-	// lookup. Gossip carries it with each ask; a sync or reconcile answer
-	// with the first ask of each provider.
+	// lookup. A sync or reconcile answer carries it with the first ask of
+	// each provider; gossip carries offer_digest instead.
 	Offer []byte `protobuf:"bytes,4,opt,name=offer,proto3" json:"offer,omitempty"`
 	// cancelled_order, beside a cancel in a sync or reconcile answer or on
 	// gossip, is the sealed Order it withdraws: its expiry says how long
@@ -1087,7 +1087,14 @@ type BookMessage struct {
 	// nonce whose SHA-256 with the maker's peer ID starts with enough zero
 	// bits. Not signed: the hash binds it to the maker. Replicas admit a
 	// maker they do not know yet in a lane of its own when it has one.
-	MakerStamp    []byte `protobuf:"bytes,6,opt,name=maker_stamp,json=makerStamp,proto3" json:"maker_stamp,omitempty"`
+	MakerStamp []byte `protobuf:"bytes,6,opt,name=maker_stamp,json=makerStamp,proto3" json:"maker_stamp,omitempty"`
+	// offer_digest, beside an ask on gossip (never with offer), is the
+	// SHA-256 of the sealed Offer that backs it. A replica that holds no
+	// offer with that digest pulls it from the peer that relayed the ask
+	// (p2p.OfferDigestProtocol), which held it to validate the ask: each
+	// node fetches an offer once, instead of every ask dragging up to 64 KB
+	// through every mesh link. The author's pubsub signature covers it.
+	OfferDigest   []byte `protobuf:"bytes,7,opt,name=offer_digest,json=offerDigest,proto3" json:"offer_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1173,6 +1180,13 @@ func (x *BookMessage) GetCancelledOrder() []byte {
 func (x *BookMessage) GetMakerStamp() []byte {
 	if x != nil {
 		return x.MakerStamp
+	}
+	return nil
+}
+
+func (x *BookMessage) GetOfferDigest() []byte {
+	if x != nil {
+		return x.OfferDigest
 	}
 	return nil
 }
@@ -1643,7 +1657,7 @@ const file_book_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\"2\n" +
 	"\x04Fill\x12\x12\n" +
 	"\x04take\x18\x01 \x01(\fR\x04take\x12\x16\n" +
-	"\x06accept\x18\x02 \x01(\fR\x06accept\"\xce\x01\n" +
+	"\x06accept\x18\x02 \x01(\fR\x06accept\"\xf1\x01\n" +
 	"\vBookMessage\x12\x16\n" +
 	"\x05order\x18\x01 \x01(\fH\x00R\x05order\x12\x18\n" +
 	"\x06cancel\x18\x02 \x01(\fH\x00R\x06cancel\x12%\n" +
@@ -1651,7 +1665,8 @@ const file_book_proto_rawDesc = "" +
 	"\x05offer\x18\x04 \x01(\fR\x05offer\x12'\n" +
 	"\x0fcancelled_order\x18\x05 \x01(\fR\x0ecancelledOrder\x12\x1f\n" +
 	"\vmaker_stamp\x18\x06 \x01(\fR\n" +
-	"makerStampB\x06\n" +
+	"makerStamp\x12!\n" +
+	"\foffer_digest\x18\a \x01(\fR\vofferDigestB\x06\n" +
 	"\x04body\"\"\n" +
 	"\fTradeRequest\x12\x12\n" +
 	"\x04take\x18\x01 \x01(\fR\x04take\"z\n" +

@@ -671,13 +671,17 @@ func (b *Books) checkFrom(ctx context.Context, from peer.ID, ev *p2p.BookEvent) 
 			b.reject("book", "maker-full")
 			return pubsub.ValidationIgnore
 		}
+		if o.Side == market.Ask && !b.pullOffer(ctx, from, ev) {
+			b.reject("book", "bad-offer") // the offer its author's digest names
+			return pubsub.ValidationReject
+		}
 		if o.Side == market.Ask && b.cfg.Hooks.CheckAsk != nil {
 			if err := b.cfg.Hooks.CheckAsk(ctx, o, ev.OrderProto); err != nil {
 				if errors.Is(err, ErrOfferUnknown) {
 					// Transient: not yet known, or the lookup timed out.
 					// Retried in the background, never refused for good.
 					b.reject("book", "offer-unknown")
-					b.deferAsk(ev)
+					b.deferAsk(ev, from)
 					return pubsub.ValidationIgnore
 				}
 				b.reject("book", "offer-mismatch")

@@ -399,7 +399,7 @@ func (b *Books) Publish(ctx context.Context, mkt string, m *proto.BookMessage, e
 	m = b.attach(m, ev)
 	if ev.Kind == p2p.KindOrder && b.cfg.Stamp != nil && b.selfMaker(ev.Order.Maker) {
 		if st := b.cfg.Stamp(); st != nil {
-			m = &proto.BookMessage{Body: m.Body, Offer: m.Offer, MakerStamp: st}
+			m = &proto.BookMessage{Body: m.Body, Offer: m.Offer, OfferDigest: m.OfferDigest, MakerStamp: st}
 		}
 	}
 	data, err := p2p.MarshalBook(m)
@@ -417,13 +417,14 @@ func (b *Books) Publish(ctx context.Context, mkt string, m *proto.BookMessage, e
 	return t.Publish(ctx, data, pubsub.WithValidatorData(ev))
 }
 
-// attach returns m with what travels beside it: an ask's offer (Hooks.
-// OfferFor), which the replica keeps to hand on; a cancel's order, from
+// attach returns m with what travels beside it: an ask's offer's digest
+// (of Hooks.OfferFor's envelope, which the replica keeps to hand on by
+// sync and answers pulls of); a cancel's order, from
 // its tombstone, whose sealed form it records. ev gets the envelope of a
 // cancel, as DecodeBook would have set it.
 func (b *Books) attach(m *proto.BookMessage, ev *p2p.BookEvent) *proto.BookMessage {
 	switch {
-	case ev.Kind == p2p.KindOrder && ev.Order.Side == market.Ask && m.Offer == nil && b.cfg.Hooks.OfferFor != nil:
+	case ev.Kind == p2p.KindOrder && ev.Order.Side == market.Ask && m.Offer == nil && m.OfferDigest == nil && b.cfg.Hooks.OfferFor != nil:
 		env := b.cfg.Hooks.OfferFor(ev.OrderProto)
 		if env == nil {
 			return m
@@ -434,7 +435,8 @@ func (b *Books) attach(m *proto.BookMessage, ev *p2p.BookEvent) *proto.BookMessa
 				s.offers[o.ID] = env
 			}
 		})
-		return &proto.BookMessage{Body: m.Body, Offer: env}
+		d := p2p.OfferDigest(env) // OfferFor's envelopes are Offers' own or cached: Held answers pulls of it
+		return &proto.BookMessage{Body: m.Body, OfferDigest: d[:]}
 	case ev.Kind == p2p.KindCancel && m.GetCancel() != nil:
 		ev.Envelope = m.GetCancel()
 		maker, err := peer.IDFromBytes(ev.Cancel.GetMaker())

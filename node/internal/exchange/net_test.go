@@ -11,6 +11,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -35,6 +36,7 @@ type netPeer struct {
 // peerOpts configure newNetPeer.
 type peerOpts struct {
 	dht       bool          // a real DHT (alone: it serves no offer)
+	noDHT     bool          // offers, from a DHT that holds none and dials no one
 	reconcile time.Duration // ReconcileEvery; 0: never periodically
 	// providers, when set, is the provider-record lookup sync uses.
 	providers func(ctx context.Context, mkt string, max int) []peer.AddrInfo
@@ -91,6 +93,12 @@ func newNetPeer(t *testing.T, opts peerOpts) *netPeer {
 			t.Fatal(err)
 		}
 		np.offers = NewOffers(ctx, OffersConfig{DHT: d, Self: h.ID()})
+	}
+	if opts.noDHT {
+		np.offers = NewOffers(ctx, OffersConfig{DHT: &fakeDHT{}, Self: h.ID()})
+	}
+	if np.offers != nil {
+		p2p.HandleOfferDigest(h, np.offers.Held, nil) // as the node does
 	}
 	every := opts.reconcile
 	if every == 0 {
@@ -302,6 +310,112 @@ func TestAskRetriedUntilOfferKnown(t *testing.T) {
 	})
 	if n := replica.books.Retrying(); n != 0 {
 		t.Errorf("%d asks still wait", n)
+	}
+}
+
+// holdOffer makes p hold a sealed offer, as a node holds its own and
+// those it validated: what it answers pulls of by digest with. It
+// returns the offer's digest.
+func (p *netPeer) holdOffer(t *testing.T, env []byte) []byte {
+	t.Helper()
+	o, signer, err := p2p.OpenOffer(env, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.offers.RememberSealed(signer, o, env)
+	d := p2p.OfferDigest(env)
+	return d[:]
+}
+
+// publishDigest gossips an ask of p's with its offer's digest beside it,
+// as a node's Publish does.
+func (p *netPeer) publishDigest(t *testing.T, env []byte, ev *p2p.BookEvent, digest []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.books.Publish(ctx, mkt, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}, OfferDigest: digest}, ev); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAskPullsItsOffer: an ask gossiped with its offer's digest reaches a
+// replica two hops from its maker, which can get the offer neither from
+// the maker nor from a DHT: it pulls it from the peer that relayed the ask
+// and holds the ask without counting the offer unknown, and then holds
+// the offer under its digest for its own peers. An ask whose offer nobody
+// holds yet waits and is held once the relay can pull it (the retry pulls
+// again). Negative control: with the relay's digest handler gone, the
+// replica cannot get a new offer, and the ask waits. An ask whose digest
+// names an offer signed by another key is refused at the first hop
+// (bad-offer).
+func TestAskPullsItsOffer(t *testing.T) {
+	maker := newNetPeer(t, peerOpts{noDHT: true})
+	relay := newNetPeer(t, peerOpts{noDHT: true})
+	replica := newNetPeer(t, peerOpts{noDHT: true})
+	connect(t, relay, maker)
+	connect(t, replica, relay)
+	meshed(t, maker, relay)
+	meshed(t, relay, replica)
+	if replica.h.Network().Connectedness(maker.h.ID()) == network.Connected {
+		t.Fatal("the replica is connected to the maker: nothing is relayed")
+	}
+
+	d1 := maker.holdOffer(t, sealOffer(t, maker.key, maker.h.ID(), 8))
+	env, ev := maker.sealOrder(t, proto.Side_SIDE_ASK, 4, 2_000_000, 1)
+	maker.publishDigest(t, env, ev, d1)
+	waitUntil(t, "the replica to hold the ask", func() bool { return replica.books.Holds(mkt, "USD", ev.Order.ID) })
+	for _, p := range []*netPeer{relay, replica} {
+		if n := count(p.rejects, "book", "offer-unknown") + count(p.rejects, "book", "offer-pull-failed"); n != 0 {
+			t.Errorf("an offer pulled by digest was counted unknown or failed %v times", n)
+		}
+		if p.offers.Held([p2p.OfferDigestSize]byte(d1)) == nil {
+			t.Error("a replica does not hold the offer it pulled under its digest")
+		}
+	}
+
+	// Another maker, whose offer nobody holds yet (a replica that
+	// holds an offer of the maker checks the ask against that one): the
+	// relay waits, then pulls it.
+	maker2 := newNetPeer(t, peerOpts{noDHT: true})
+	connect(t, relay, maker2)
+	meshed(t, maker2, relay)
+	off2 := sealOffer(t, maker2.key, maker2.h.ID(), 8)
+	d2 := p2p.OfferDigest(off2)
+	env, ev = maker2.sealOrder(t, proto.Side_SIDE_ASK, 4, 2_000_000, 1)
+	maker2.publishDigest(t, env, ev, d2[:])
+	waitUntil(t, "the relay to wait for the offer", func() bool {
+		return count(relay.rejects, "book", "offer-pull-failed") >= 1 && relay.books.Retrying() == 1
+	})
+	if relay.books.Holds(mkt, "USD", ev.Order.ID) {
+		t.Fatal("the relay holds an ask whose offer it could not get")
+	}
+	maker2.holdOffer(t, off2)
+	waitUntil(t, "the relay to hold the ask once it could pull its offer", func() bool { return relay.books.Holds(mkt, "USD", ev.Order.ID) })
+
+	// Negative control: the relay answers no pulls; a third maker.
+	relay.h.RemoveStreamHandler(p2p.OfferDigestProtocol)
+	maker3 := newNetPeer(t, peerOpts{noDHT: true})
+	connect(t, relay, maker3)
+	meshed(t, maker3, relay)
+	d3 := maker3.holdOffer(t, sealOffer(t, maker3.key, maker3.h.ID(), 8))
+	env, ev = maker3.sealOrder(t, proto.Side_SIDE_ASK, 4, 2_000_000, 1)
+	maker3.publishDigest(t, env, ev, d3)
+	waitUntil(t, "the relay to hold the third maker's ask", func() bool { return relay.books.Holds(mkt, "USD", ev.Order.ID) })
+	waitUntil(t, "the replica to fail to pull its offer", func() bool {
+		return count(replica.rejects, "book", "offer-pull-failed") >= 1 && replica.books.Retrying() == 1
+	})
+	if replica.books.Holds(mkt, "USD", ev.Order.ID) {
+		t.Fatal("the replica holds an ask whose offer no one would give it")
+	}
+
+	third, _, _ := crypto.GenerateEd25519Key(rand.Reader)
+	thirdID, _ := peer.IDFromPrivateKey(third)
+	dx := maker.holdOffer(t, sealOffer(t, third, thirdID, 8))
+	env, ev = maker.sealOrder(t, proto.Side_SIDE_ASK, 4, 2_000_000, 2)
+	maker.publishDigest(t, env, ev, dx)
+	waitUntil(t, "the relay to refuse an ask naming another's offer", func() bool { return count(relay.rejects, "book", "bad-offer") == 1 })
+	if relay.books.Holds(mkt, "USD", ev.Order.ID) {
+		t.Fatal("the relay holds an ask naming another's offer")
 	}
 }
 

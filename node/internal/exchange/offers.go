@@ -72,10 +72,19 @@ type Offers struct {
 	mu    sync.Mutex
 	cache map[peer.ID]*proto.Offer
 	envs  map[peer.ID][]byte // the sealed form of cache's offers, when known
-	own   struct {
-		offer *proto.Offer
-		env   []byte
+	// byDigest indexes envs by their SHA-256 (p2p.OfferDigest), which
+	// asks travel with on gossip: what this node answers on
+	// p2p.OfferDigestProtocol. digests is each provider's key in it.
+	byDigest map[[p2p.OfferDigestSize]byte][]byte
+	digests  map[peer.ID][p2p.OfferDigestSize]byte
+	own      struct {
+		offer  *proto.Offer
+		env    []byte
+		digest [p2p.OfferDigestSize]byte
 	}
+	// pulls are the offers being pulled by digest, so that the asks of
+	// one provider arriving together pull its offer once.
+	pulls map[[p2p.OfferDigestSize]byte]*pull
 
 	dmu        sync.Mutex
 	lookups    map[string]lookup // the providers the last complete lookup of a key found
@@ -100,7 +109,9 @@ func NewOffers(ctx context.Context, cfg OffersConfig) *Offers {
 	if cfg.Published == nil {
 		cfg.Published = func() *proto.Offer { return nil }
 	}
-	return &Offers{cfg: cfg, ctx: ctx, cache: map[peer.ID]*proto.Offer{}, envs: map[peer.ID][]byte{}, lookups: map[string]lookup{}, refreshing: map[string]bool{}}
+	return &Offers{cfg: cfg, ctx: ctx, cache: map[peer.ID]*proto.Offer{}, envs: map[peer.ID][]byte{},
+		byDigest: map[[p2p.OfferDigestSize]byte][]byte{}, digests: map[peer.ID][p2p.OfferDigestSize]byte{},
+		pulls: map[[p2p.OfferDigestSize]byte]*pull{}, lookups: map[string]lookup{}, refreshing: map[string]bool{}}
 }
 
 // Wait waits for the background refreshes.
@@ -147,14 +158,34 @@ func (x *Offers) RememberSealed(p peer.ID, o *proto.Offer, env []byte) {
 		if len(x.cache) > maxCachedOffers {
 			clear(x.cache)
 			clear(x.envs)
+			clear(x.byDigest)
+			clear(x.digests)
 		}
 		x.cache[p] = o
+		if d, ok := x.digests[p]; ok {
+			delete(x.byDigest, d)
+			delete(x.digests, p)
+		}
 		if env != nil {
 			x.envs[p] = env
+			d := p2p.OfferDigest(env)
+			x.byDigest[d], x.digests[p] = env, d
 		} else {
 			delete(x.envs, p)
 		}
 	}
+}
+
+// Held is the sealed offer this node holds (its own, or a provider's it
+// cached with its envelope) whose digest is d, expired or not, or nil:
+// what it answers on p2p.OfferDigestProtocol.
+func (x *Offers) Held(d [p2p.OfferDigestSize]byte) []byte {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.own.env != nil && x.own.digest == d {
+		return x.own.env
+	}
+	return x.byDigest[d]
 }
 
 // Sealed is the sealed envelope of p's cached offer while it is
@@ -184,7 +215,7 @@ func (x *Offers) OwnSealed(seal func(*proto.Offer) ([]byte, error)) []byte {
 			x.cfg.Log.Warn("sealing own offer failed", "err", err)
 			return nil
 		}
-		x.own.offer, x.own.env = o, env
+		x.own.offer, x.own.env, x.own.digest = o, env, p2p.OfferDigest(env)
 	}
 	return x.own.env
 }

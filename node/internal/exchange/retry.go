@@ -6,8 +6,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/peer"
+
 	"github.com/suanli/suanli/p2p"
 )
+
+// errBadPulledOffer: the offer an ask's digest names does not back it.
+var errBadPulledOffer = errors.New("exchange: the offer the ask's digest names does not back it")
 
 // Retries of asks whose provider's offer could not be found when they
 // arrived (not yet published where this node looked, or the lookup timed
@@ -29,12 +34,14 @@ const (
 
 type retry struct {
 	ev   *p2p.BookEvent
+	from peer.ID // the peer that relayed it, if gossiped: asked for its offer again
 	wait time.Duration
 	next time.Time
 }
 
-// deferAsk queues an ask whose offer is not known yet for a retry.
-func (b *Books) deferAsk(ev *p2p.BookEvent) {
+// deferAsk queues an ask whose offer is not known yet for a retry; from
+// is the peer that relayed it (none for one that came by sync).
+func (b *Books) deferAsk(ev *p2p.BookEvent, from peer.ID) {
 	now := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -45,7 +52,7 @@ func (b *Books) deferAsk(ev *p2p.BookEvent) {
 		b.reject("book", "retry-full")
 		return
 	}
-	b.retries[ev.Order.ID] = &retry{ev: ev, wait: retryFirst, next: now.Add(retryFirst)}
+	b.retries[ev.Order.ID] = &retry{ev: ev, from: from, wait: retryFirst, next: now.Add(retryFirst)}
 	select {
 	case b.retryNew <- struct{}{}:
 	default:
@@ -122,7 +129,12 @@ func (b *Books) retryOne(r *retry) {
 		return // it came again, with its offer
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, OfferFetchTimeout)
-	err := b.cfg.Hooks.CheckAsk(ctx, o, r.ev.OrderProto)
+	var err error
+	if !b.pullOffer(ctx, r.from, r.ev) {
+		err = errBadPulledOffer
+	} else {
+		err = b.cfg.Hooks.CheckAsk(ctx, o, r.ev.OrderProto)
+	}
 	cancel()
 	switch {
 	case err == nil:
