@@ -326,12 +326,7 @@ func (s *sim) attack(ctx context.Context, net *network, rep *Report) error {
 		}
 	}
 	during := s.heldOrders(net)
-	rep.AttackRefusals = bookRefusals(net)
-	for k, v := range refusedBefore {
-		if rep.AttackRefusals[k] -= v; rep.AttackRefusals[k] == 0 {
-			delete(rep.AttackRefusals, k)
-		}
-	}
+	rep.AttackRefusals = refusalsSince(net, refusedBefore)
 	s.stamps.mu.Lock()
 	rep.AttackStamped = s.stamps.paid
 	s.stamps.mu.Unlock()
@@ -355,6 +350,18 @@ func (s *sim) attack(ctx context.Context, net *network, rep *Report) error {
 		rep.add(m, false)
 	}
 	return nil
+}
+
+// refusalsSince is bookRefusals less before: what the replicas refused
+// since before was taken, by reason (reasons that did not grow left out).
+func refusalsSince(net *network, before map[string]int64) map[string]int64 {
+	out := bookRefusals(net)
+	for k, v := range before {
+		if out[k] -= v; out[k] == 0 {
+			delete(out, k)
+		}
+	}
+	return out
 }
 
 // bookRefusals sums the book messages every live replica refused, by

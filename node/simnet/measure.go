@@ -166,6 +166,7 @@ func (s *sim) trades(ctx context.Context, net *network, rep *Report, rng *mrand.
 	// would: one after another, each placement waits for its node's
 	// gossipsub loop, and at 1,000 nodes on 2 cores 250 such waits in a
 	// row took longer than the whole measure.
+	refusedBefore := bookRefusals(net)
 	asks := make([]string, net.providers)
 	errs := make([]error, net.providers)
 	var wg sync.WaitGroup
@@ -205,6 +206,7 @@ func (s *sim) trades(ctx context.Context, net *network, rep *Report, rng *mrand.
 		return full == len(net.nodes)
 	})
 	rep.AskReplicas, rep.AskReplicasFull = len(net.nodes), full
+	rep.AskRefusals = refusalsSince(net, refusedBefore)
 	if full == len(net.nodes) {
 		rep.AskAllSeconds = time.Since(placed).Seconds()
 	}

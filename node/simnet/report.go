@@ -87,6 +87,11 @@ type Report struct {
 	// AskAllSeconds is how long after the asks were placed every replica
 	// held every ask (0 when they never all did).
 	AskAllSeconds float64 `json:"ask_all_seconds"`
+	// AskRefusals are the book messages the replicas refused or set aside
+	// while the asks spread (all replicas, by reason): an ask whose
+	// offer could not be pulled at once (offer-pull-failed) or found
+	// (offer-unknown, retried) is counted here.
+	AskRefusals map[string]int64 `json:"ask_refusals,omitempty"`
 	// PartitionCancels bids, held by every replica, were cancelled by
 	// their makers on one side of the partition; CancelledLeft is how many
 	// (replica, bid) pairs still held one once the books converged.
@@ -187,6 +192,12 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "asks: %d of %d replicas held every provider's ask within 30 s", r.AskReplicasFull, r.AskReplicas)
 	if r.AskAllSeconds > 0 {
 		fmt.Fprintf(w, " (all of them after %.1f s)", r.AskAllSeconds)
+	}
+	if len(r.AskRefusals) > 0 {
+		fmt.Fprint(w, "; set aside or refused meanwhile, by reason:")
+		for _, k := range slices.Sorted(maps.Keys(r.AskRefusals)) {
+			fmt.Fprintf(w, " %s %d", k, r.AskRefusals[k])
+		}
 	}
 	fmt.Fprintln(w)
 	if r.PartitionCancels > 0 {
