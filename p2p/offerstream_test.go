@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/routing"
 
@@ -107,15 +108,22 @@ func TestFetchOfferDirect(t *testing.T) {
 	})
 }
 
-// TestHandleOfferLimits: one peer asking in a loop is answered at the
-// limiter's rate and each refusal is counted; a provider with no offer,
-// or an answer past proto.MaxOfferSize, gives ErrNoOffer or an error.
-func TestHandleOfferLimits(t *testing.T) {
+// offerPeers is an asker a connected to a peer b, and an offer sealed by
+// b's key for b to serve.
+func offerPeers(t *testing.T) (context.Context, host.Host, host.Host, []byte) {
+	t.Helper()
 	ctx := dhtContext(t)
 	a, _ := newLoopbackHost(t)
 	b, k := newLoopbackHost(t)
 	connectMesh(ctx, t, a, b)
-	env := seal(t, k, &proto.Offer{Seq: 1})
+	return ctx, a, b, seal(t, k, &proto.Offer{Seq: 1})
+}
+
+// TestHandleOfferLimits: one peer asking in a loop is answered at the
+// limiter's rate and each refusal is counted; a provider with no offer,
+// or an answer past proto.MaxOfferSize, gives ErrNoOffer or an error.
+func TestHandleOfferLimits(t *testing.T) {
+	ctx, a, b, env := offerPeers(t)
 	var refused atomic.Int64
 	p2p.HandleOffer(b, func() []byte { return env }, func() { refused.Add(1) })
 
@@ -166,11 +174,7 @@ func TestHandleOfferLimits(t *testing.T) {
 // request cut short gets no answer. Each asker is rationed: past the
 // burst, refusals are counted and answered with nothing.
 func TestOfferDigestProtocol(t *testing.T) {
-	ctx := dhtContext(t)
-	a, _ := newLoopbackHost(t)
-	b, k := newLoopbackHost(t)
-	connectMesh(ctx, t, a, b)
-	env := seal(t, k, &proto.Offer{Seq: 1})
+	ctx, a, b, env := offerPeers(t)
 	d := p2p.OfferDigest(env)
 	var refused atomic.Int64
 	p2p.HandleOfferDigest(b, func(got [p2p.OfferDigestSize]byte) []byte {

@@ -671,7 +671,7 @@ func (b *Books) checkFrom(ctx context.Context, from peer.ID, ev *p2p.BookEvent) 
 			b.reject("book", "maker-full")
 			return pubsub.ValidationIgnore
 		}
-		if o.Side == market.Ask && !b.pullOffer(ctx, from, ev) {
+		if o.Side == market.Ask && !b.pullOffer(ctx, ev, from) {
 			b.reject("book", "bad-offer") // the offer its author's digest names
 			return pubsub.ValidationReject
 		}

@@ -241,9 +241,15 @@ func sealOffer(t *testing.T, signer crypto.PrivKey, provider peer.ID, gpus int) 
 // rests it in p's own replica as a node does.
 func (p *netPeer) publish(t *testing.T, env []byte, ev *p2p.BookEvent, offer []byte) {
 	t.Helper()
+	p.publishMsg(t, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}, Offer: offer}, ev)
+}
+
+// publishMsg gossips a book message of p's whose event is ev.
+func (p *netPeer) publishMsg(t *testing.T, m *proto.BookMessage, ev *p2p.BookEvent) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := p.books.Publish(ctx, mkt, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}, Offer: offer}, ev); err != nil {
+	if err := p.books.Publish(ctx, mkt, m, ev); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -331,11 +337,7 @@ func (p *netPeer) holdOffer(t *testing.T, env []byte) []byte {
 // as a node's Publish does.
 func (p *netPeer) publishDigest(t *testing.T, env []byte, ev *p2p.BookEvent, digest []byte) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := p.books.Publish(ctx, mkt, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}, OfferDigest: digest}, ev); err != nil {
-		t.Fatal(err)
-	}
+	p.publishMsg(t, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}, OfferDigest: digest}, ev)
 }
 
 // TestAskPullsItsOffer: an ask gossiped with its offer's digest reaches a
@@ -345,7 +347,8 @@ func (p *netPeer) publishDigest(t *testing.T, env []byte, ev *p2p.BookEvent, dig
 // the offer under its digest for its own peers. An ask whose offer nobody
 // holds yet waits and is held once the relay can pull it (the retry pulls
 // again). Negative control: with the relay's digest handler gone, the
-// replica cannot get a new offer, and the ask waits. An ask whose digest
+// replica cannot get a new offer, and the ask waits until the replica can
+// reach the maker, which its retry asks next. An ask whose digest
 // names an offer signed by another key is refused at the first hop
 // (bad-offer).
 func TestAskPullsItsOffer(t *testing.T) {
@@ -407,6 +410,9 @@ func TestAskPullsItsOffer(t *testing.T) {
 	if replica.books.Holds(mkt, "USD", ev.Order.ID) {
 		t.Fatal("the replica holds an ask whose offer no one would give it")
 	}
+	// Its retry asks the maker too, once the replica can reach it.
+	replica.h.Peerstore().AddAddrs(maker3.h.ID(), maker3.h.Addrs(), time.Hour)
+	waitUntil(t, "the replica to pull the offer from the maker on a retry", func() bool { return replica.books.Holds(mkt, "USD", ev.Order.ID) })
 
 	third, _, _ := crypto.GenerateEd25519Key(rand.Reader)
 	thirdID, _ := peer.IDFromPrivateKey(third)

@@ -2,6 +2,7 @@ package exchange
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -65,26 +66,38 @@ func (x *Offers) Pull(ctx context.Context, from peer.ID, d [p2p.OfferDigestSize]
 }
 
 // pullOffer attaches to ev, an ask that travelled with its offer's
-// digest, the offer it names: held already, or pulled from the peer that
-// relayed it (from; none for an ask that came by sync). It reports false
-// when the pulled offer is the digest's but does not back the ask (a bad
-// offer its author named: the ask is refused); a pull that fails leaves
-// ev without an offer, for the DHT's path.
-func (b *Books) pullOffer(ctx context.Context, from peer.ID, ev *p2p.BookEvent) bool {
+// digest, the offer it names: held already, or pulled from the first of
+// peers that gives it (the peer that relayed the ask; on a retry its maker
+// too, which holds what it published). It reports false when the pulled
+// offer is the digest's but does not back the ask (a bad offer its author
+// named: the ask is refused); a pull that fails leaves ev without an
+// offer, for the DHT's path.
+func (b *Books) pullOffer(ctx context.Context, ev *p2p.BookEvent, peers ...peer.ID) bool {
 	x := b.cfg.Offers
 	if x == nil || ev.Offer != nil || len(ev.OfferDigest) != p2p.OfferDigestSize {
 		return true
 	}
-	ctx, cancel := context.WithTimeout(ctx, offerPullTimeout)
-	defer cancel()
-	env, err := x.Pull(ctx, from, [p2p.OfferDigestSize]byte(ev.OfferDigest), b.requestOffer)
+	d := [p2p.OfferDigestSize]byte(ev.OfferDigest)
+	var env []byte
+	err := p2p.ErrNoOffer
+	for i, p := range peers {
+		if p == "" || slices.Contains(peers[:i], p) {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, offerPullTimeout)
+		env, err = x.Pull(pctx, p, d, b.requestOffer)
+		cancel()
+		if err == nil {
+			break
+		}
+	}
 	if err != nil {
 		b.reject("book", "offer-pull-failed") // counted like offer-unknown: it may yet be accepted
-		b.cfg.Log.Debug("offer pull failed", "order", ev.Order.ID, "from", from, "err", err)
+		b.cfg.Log.Debug("offer pull failed", "order", ev.Order.ID, "from", peers, "err", err)
 		return true
 	}
 	if err := x.verified().AttachPulled(ev, env, b.cfg.Now()); err != nil {
-		b.cfg.Log.Debug("pulled offer refused", "order", ev.Order.ID, "from", from, "err", err)
+		b.cfg.Log.Debug("pulled offer refused", "order", ev.Order.ID, "from", peers, "err", err)
 		return false
 	}
 	x.RememberSealed(ev.OfferProvider, ev.Offer, ev.OfferEnvelope)

@@ -34,7 +34,7 @@ const (
 
 type retry struct {
 	ev   *p2p.BookEvent
-	from peer.ID // the peer that relayed it, if gossiped: asked for its offer again
+	from peer.ID // the peer that relayed it, if gossiped: asked for its offer again, then the maker
 	wait time.Duration
 	next time.Time
 }
@@ -130,7 +130,8 @@ func (b *Books) retryOne(r *retry) {
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, OfferFetchTimeout)
 	var err error
-	if !b.pullOffer(ctx, r.from, r.ev) {
+	maker, _ := peer.Decode(o.Maker)
+	if !b.pullOffer(ctx, r.ev, r.from, maker) { // the relay again, then the maker
 		err = errBadPulledOffer
 	} else {
 		err = b.cfg.Hooks.CheckAsk(ctx, o, r.ev.OrderProto)
