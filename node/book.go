@@ -143,9 +143,7 @@ func (n *Node) fillLocked(ev *p2p.BookEvent, _ int64, party bool) {
 func (n *Node) filled(ev *p2p.BookEvent, index int64, party bool) {
 	f := ev.Fill
 	if party {
-		if n.leases != nil {
-			n.leases.FromFill(ev)
-		}
+		n.leases.FromFill(ev) // nil-safe
 	}
 	if err := n.store.PutFill(f.ID, f.Time, ev.Raw); err != nil {
 		// The lease keeps the signed fill in its own record too.

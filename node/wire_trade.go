@@ -58,12 +58,8 @@ func (w tradeNode) CheckBidCredit(bidID, buyer string, count uint32, price int64
 	}
 	return w.n.credit.CheckBid(bidID, buyer, count, price, currency, d, interval, w.n.now())
 }
-func (w tradeNode) CapacityChanged() { w.n.capacityChanged() }
-func (w tradeNode) StartLease(ev *p2p.BookEvent) {
-	if w.n.leases != nil {
-		w.n.leases.FromFill(ev)
-	}
-}
+func (w tradeNode) CapacityChanged()             { w.n.capacityChanged() }
+func (w tradeNode) StartLease(ev *p2p.BookEvent) { w.n.leases.FromFill(ev) }
 func (w tradeNode) PublishBook(ctx context.Context, mkt string, m *proto.BookMessage, ev *p2p.BookEvent) error {
 	return w.n.publishBook(ctx, mkt, m, ev)
 }

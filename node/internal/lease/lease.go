@@ -339,9 +339,9 @@ func (m *Manager) replayLease(terms *proto.Lease, rec leases.Record) (*Run, erro
 
 // FromFill starts a lease from a fill this node is party to; the
 // lease terms are already stored (node/internal/trade, maker.go). A fill seen again changes
-// nothing.
+// nothing, and so does a nil Manager (a node without a lease runtime).
 func (m *Manager) FromFill(ev *p2p.BookEvent) {
-	if ev.Lease == nil {
+	if m == nil || ev.Lease == nil {
 		return
 	}
 	terms := ev.Lease

@@ -815,3 +815,11 @@ func TestExecReconnectBackoffOnFakeClock(t *testing.T) {
 		t.Fatalf("stored output %+v (%v), want the first stream's failure on stderr", v, err)
 	}
 }
+
+// TestFromFillNilManager: a node without a lease runtime (a nil Manager)
+// applies a fill it is party to without a lease, and does not panic: the
+// book's fill hook and the trader both call FromFill unguarded.
+func TestFromFillNilManager(t *testing.T) {
+	var m *Manager
+	m.FromFill(&p2p.BookEvent{Kind: p2p.KindFill, Lease: &proto.Lease{Id: "lease"}})
+}
