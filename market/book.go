@@ -367,8 +367,9 @@ func (b *Book) early(o *Order) uint64 {
 		return 0
 	}
 	h := b.hash(o.ID)
-	b.tombs.prefetch(h)
-	b.orders.prefetch(h)
+	ti, tf := b.tombs.lines(h)
+	slot := b.orders.line(h)
+	prefetch4(ti, tf, slot, slot)
 	return h
 }
 
@@ -428,7 +429,7 @@ func (b *Book) rest(o *Order, h uint64, filled uint32, tombed bool) {
 // the order is refused.
 func (b *Book) Cancel(id, maker string) error {
 	h := b.hash(id)
-	b.tombs.prefetch(h) // the tomb's line, loaded beside the order's
+	prefetch2(b.tombs.lines(h)) // the tomb's lines, loaded beside the order's
 	e := b.orders.get(h, id)
 	if e == nil {
 		return ErrNotFound

@@ -78,12 +78,13 @@ func (t *liveTable) grow() {
 	}
 }
 
-// prefetch starts loading the slot h's lookup starts on, waiting for
-// nothing.
-func (t *liveTable) prefetch(h uint64) {
-	if t.slots != nil {
-		prefetch(unsafe.Pointer(&t.slots[h&uint64(len(t.slots)-1)]))
+// line is the slot h's lookup starts on, for a prefetch; nil if the
+// table has none yet.
+func (t *liveTable) line(h uint64) unsafe.Pointer {
+	if t.slots == nil {
+		return nil
 	}
+	return unsafe.Pointer(&t.slots[h&uint64(len(t.slots)-1)])
 }
 
 // del removes e, held under handle h.
@@ -451,13 +452,17 @@ func (m *memory[V]) index(h uint64, seq uint64) uint32 {
 	}
 }
 
-// prefetch starts loading the index line id's lookup or insert starts on
-// (handle h), and waits for nothing: a lookup the filter answers never
-// reads it, and an insert later finds it loaded.
-func (m *memory[V]) prefetch(h uint64) {
-	if m.buckets != nil {
-		prefetch(unsafe.Pointer(&m.buckets[slotTag(h)&uint32(len(m.buckets)-1)]))
+// lines are the index line id's lookup or insert starts on (handle h)
+// and the filter line its lookup reads, for a prefetch: a lookup the
+// filter answers never reads the index line, and an insert later finds
+// it loaded. Both nil if the memory has no index yet.
+func (m *memory[V]) lines(h uint64) (index, filter unsafe.Pointer) {
+	if m.buckets == nil {
+		return nil, nil
 	}
+	tag := slotTag(h)
+	pair, _ := m.filterPair(tag)
+	return unsafe.Pointer(&m.buckets[tag&uint32(len(m.buckets)-1)]), unsafe.Pointer(pair)
 }
 
 // The filter. A record's slot sets two bits of one word, chosen from its
@@ -485,17 +490,24 @@ func (m *memory[V]) filterBitsOf(tag uint32) (uint64, uint64) {
 	return x >> m.fshift, 1<<(x&63) | 1<<(x>>6&63)
 }
 
+// filterPair returns the two generations' words tag's bits are in (one
+// 16-byte pair, on one cache line: what a lookup reads and lines
+// prefetches) and the bits.
+func (m *memory[V]) filterPair(tag uint32) (*[2]uint64, uint64) {
+	w, bits := m.filterBitsOf(tag)
+	return (*[2]uint64)(m.filt[2*w : 2*w+2]), bits
+}
+
 // maybe reports whether the index may hold a live slot of handle h.
 func (m *memory[V]) maybe(h uint64) bool {
-	w, bits := m.filterBitsOf(slotTag(h))
-	p := m.filt[2*w : 2*w+2 : 2*w+2]
+	p, bits := m.filterPair(slotTag(h))
 	return p[0]&bits == bits || p[1]&bits == bits
 }
 
 // mark sets tag's bits in generation g.
 func (m *memory[V]) mark(tag uint32, g uint8) {
-	w, bits := m.filterBitsOf(tag)
-	m.filt[2*w+uint64(g)] |= bits
+	p, bits := m.filterPair(tag)
+	p[g] |= bits
 }
 
 // rotate starts a new generation at the present arrival number: the

@@ -217,8 +217,9 @@ func (b *Book) Take(dst []Fill, o *Order, now time.Time, agree func(*Match) stri
 		// Load the fill's index line and the resting order's tomb line
 		// together, and check the fill while they come: the misses
 		// overlap each other and the work.
-		b.fills.prefetch(fh)
-		b.tombs.prefetch(ents[k].h)
+		fi, ff := b.fills.lines(fh)
+		ti, tf := b.tombs.lines(ents[k].h)
+		prefetch4(fi, ff, ti, tf)
 		f := m.Fill(o, now)
 		f.ID = id
 		if err := validateFill(&f); err != nil {

@@ -4,5 +4,7 @@ package market
 
 import "unsafe"
 
-// prefetch does nothing here: no prefetch instruction is wired up.
-func prefetch(p unsafe.Pointer) {}
+// prefetch2 and prefetch4 do nothing here: no prefetch instruction is
+// wired up.
+func prefetch2(a, b unsafe.Pointer)       {}
+func prefetch4(a, b, c, d unsafe.Pointer) {}
