@@ -220,7 +220,10 @@ type Books struct {
 	reconc   map[peer.ID]*rate.Limiter // by peer asking to reconcile
 	rkick    chan struct{}             // a reconciliation is due soon
 	topics   map[string]*pubsub.Topic
-	joined   map[string]time.Time      // when each topic was joined
+	joined   map[string]time.Time // when each topic was joined
+	// inlined is, by market, the digest of the last offer an ask of this
+	// node carried whole (attach).
+	inlined  map[string][p2p.OfferDigestSize]byte
 	limiters map[string]*rate.Limiter  // by maker
 	authors  map[peer.ID]*rate.Limiter // by gossip author, under authorsMu
 	// authorsMu guards authors alone: every gossiped message's first
@@ -261,6 +264,7 @@ func New(cfg Config) *Books {
 		reconc:   map[peer.ID]*rate.Limiter{},
 		topics:   map[string]*pubsub.Topic{},
 		joined:   map[string]time.Time{},
+		inlined:  map[string][p2p.OfferDigestSize]byte{},
 		limiters: map[string]*rate.Limiter{},
 		authors:  map[peer.ID]*rate.Limiter{},
 		syncers:  map[peer.ID]*rate.Limiter{},

@@ -1,11 +1,13 @@
 package exchange
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
+	gproto "google.golang.org/protobuf/proto"
 
 	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/p2p"
@@ -43,6 +46,9 @@ type peerOpts struct {
 	noJoin    bool // the test joins the market itself
 	admission AdmissionConfig
 	stamp     func() []byte // Config.Stamp
+	// offerFor, when set, is Hooks.OfferFor: the offer a published ask
+	// carries.
+	offerFor func(po *proto.Order) []byte
 }
 
 // coverCheck is the ask rule the node applies (askFacts), reduced to what
@@ -109,6 +115,7 @@ func newNetPeer(t *testing.T, opts peerOpts) *netPeer {
 	if np.offers != nil {
 		cfg.Hooks.CheckAsk = coverCheck(np.offers)
 	}
+	cfg.Hooks.OfferFor = opts.offerFor
 	np.books = New(cfg)
 	np.books.Start(ctx)
 	p2p.HandleSync(h, np.books.AnswerSync) // as the node does
@@ -338,6 +345,71 @@ func (p *netPeer) holdOffer(t *testing.T, env []byte) []byte {
 func (p *netPeer) publishDigest(t *testing.T, env []byte, ev *p2p.BookEvent, digest []byte) {
 	t.Helper()
 	p.publishMsg(t, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}, OfferDigest: digest}, ev)
+}
+
+// TestFirstAskCarriesItsOffer: a node's first ask in a market carries its
+// offer whole, the asks after it with the same offer only its digest, and
+// the first ask with a new offer that offer whole again; the replica holds
+// every ask. What travels is read off the replica's own subscription to
+// the topic, after validation.
+func TestFirstAskCarriesItsOffer(t *testing.T) {
+	var offer atomic.Pointer[[]byte]
+	maker := newNetPeer(t, peerOpts{noDHT: true, offerFor: func(*proto.Order) []byte { return *offer.Load() }})
+	replica := newNetPeer(t, peerOpts{noDHT: true})
+	connect(t, replica, maker)
+	meshed(t, maker, replica)
+	replica.books.mu.Lock()
+	sub, err := replica.books.topics[mkt].Subscribe()
+	replica.books.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Cancel()
+	// next returns what beside the ask id reached the replica.
+	next := func(id string) *proto.BookMessage {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for {
+			msg, err := sub.Next(ctx)
+			if err != nil {
+				t.Fatalf("ask %s did not arrive: %v", id, err)
+			}
+			var m proto.BookMessage
+			if err := gproto.Unmarshal(msg.Data, &m); err != nil {
+				t.Fatal(err)
+			}
+			if ev, ok := msg.ValidatorData.(*p2p.BookEvent); ok && ev.Kind == p2p.KindOrder && ev.Order.ID == id {
+				return &m
+			}
+		}
+	}
+	off1, off2 := sealOffer(t, maker.key, maker.h.ID(), 8), sealOffer(t, maker.key, maker.h.ID(), 6)
+	maker.holdOffer(t, off1)
+	offer.Store(&off1)
+	d1 := p2p.OfferDigest(off1)
+	for i, want := range []struct {
+		offer  []byte
+		digest []byte
+	}{{off1, nil}, {nil, d1[:]}, {nil, d1[:]}} {
+		env, ev := maker.sealOrder(t, proto.Side_SIDE_ASK, 4, 2_000_000, uint64(i+1))
+		maker.publishMsg(t, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}}, ev)
+		m := next(ev.Order.ID)
+		if !bytes.Equal(m.Offer, want.offer) || !bytes.Equal(m.OfferDigest, want.digest) {
+			t.Fatalf("ask %d carried an offer of %d bytes and a digest of %d, want %d and %d", i+1, len(m.Offer), len(m.OfferDigest), len(want.offer), len(want.digest))
+		}
+		waitUntil(t, "the replica to hold the ask", func() bool { return replica.books.Holds(mkt, "USD", ev.Order.ID) })
+	}
+	maker.holdOffer(t, off2)
+	offer.Store(&off2)
+	env, ev := maker.sealOrder(t, proto.Side_SIDE_ASK, 4, 2_000_000, 9)
+	maker.publishMsg(t, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}}, ev)
+	if m := next(ev.Order.ID); !bytes.Equal(m.Offer, off2) || m.OfferDigest != nil {
+		t.Fatalf("the first ask with a new offer carried an offer of %d bytes and a digest of %d, want the new offer whole", len(m.Offer), len(m.OfferDigest))
+	}
+	if n := count(replica.rejects, "book", "offer-unknown") + count(replica.rejects, "book", "offer-pull-failed"); n != 0 {
+		t.Errorf("the replica counted %v offers unknown or failed pulls", n)
+	}
 }
 
 // TestAskPullsItsOffer: an ask gossiped with its offer's digest reaches a
