@@ -232,7 +232,11 @@ type Books struct {
 	authorsMu sync.Mutex
 	syncers   map[peer.ID]*rate.Limiter // by peer asking for a sync
 	kick      chan string               // markets whose crossing to re-check
-	adm       *admission                // makers known and the new-maker budgets
+	// idMu guards elemIDs: by market, the IDs of the elements the last
+	// snapshot listed (elements).
+	idMu    sync.Mutex
+	elemIDs map[string]map[elemKey]elemID
+	adm     *admission // makers known and the new-maker budgets
 }
 
 // New returns an empty set of replicas. Start begins its loop; until
@@ -270,6 +274,7 @@ func New(cfg Config) *Books {
 		syncers:  map[peer.ID]*rate.Limiter{},
 		kick:     make(chan string, 64),
 		rkick:    make(chan struct{}, 1),
+		elemIDs:  map[string]map[elemKey]elemID{},
 		adm:      newAdmission(cfg.Admission),
 	}
 }

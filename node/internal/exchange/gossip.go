@@ -382,7 +382,7 @@ var errSyncRate = errors.New("exchange: book sync asked too often")
 // as tombstones, for a late joiner (p2p.HandleSync). An order that has
 // expired is left out even before the sweep drops it from the book.
 func (b *Books) SyncAnswer(mkt string) []*proto.BookMessage {
-	return b.elements(mkt).messages()
+	return b.elements(mkt, true).messages()
 }
 
 // Publish gossips a book message whose event ev this node built and

@@ -5,12 +5,14 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sort"
 	"time"
+	"unsafe"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	gproto "google.golang.org/protobuf/proto"
@@ -74,10 +76,30 @@ const (
 // elemID names an element by its kind and bytes.
 type elemID = [sha256.Size]byte
 
+// elem is what a peer that lacks an element is sent. Its message is
+// built only when it is sent (a snapshot lists every element of the
+// market; a reconciliation sends the few the peer lacks).
 type elem struct {
-	msg      *proto.BookMessage // without an offer
-	offer    []byte             // an ask's offer, sent once per provider a message
-	provider string
+	msg       *proto.BookMessage // built already (or nil: from the fields below)
+	order     []byte             // a sealed order
+	cancel    []byte             // a sealed cancel, and the order it withdraws
+	cancelled []byte
+	fill      *proto.Fill
+	offer     []byte // an ask's offer, sent once per provider a message
+	provider  string
+}
+
+// message is el's message, without an offer.
+func (el elem) message() *proto.BookMessage {
+	switch {
+	case el.msg != nil:
+		return el.msg
+	case el.fill != nil:
+		return &proto.BookMessage{Body: &proto.BookMessage_Fill{Fill: el.fill}}
+	case el.cancel != nil:
+		return &proto.BookMessage{Body: &proto.BookMessage_Cancel{Cancel: el.cancel}, CancelledOrder: el.cancelled}
+	}
+	return &proto.BookMessage{Body: &proto.BookMessage_Order{Order: el.order}}
 }
 
 // elemSet is a snapshot of a market's elements, sorted by ID.
@@ -102,10 +124,16 @@ func hashElem(kind byte, b []byte) elemID {
 }
 
 // elements snapshots the elements of mkt that have not expired by now:
-// for each, what a peer that lacks it is sent. Fills come first (oldest
-// first), then cancels, then orders, which is the order a sync answer
-// lists them in.
-func (b *Books) elements(mkt string) *elemSet {
+// for each, what a peer that lacks it is sent. Fills come first, then
+// cancels, then orders, which is the order a sync answer lists them in;
+// with byTime the fills and the orders are each oldest first (a sync
+// answer), else in no order (a reconciliation sorts them by ID).
+//
+// Every reconciliation, started or answered, takes a snapshot, so its
+// cost is kept to a pass over the market: an element's ID (a SHA-256 of
+// its bytes) is computed once, when it first appears in a snapshot, and
+// kept while the snapshots list it (elemIDs).
+func (b *Books) elements(mkt string, byTime bool) *elemSet {
 	now := b.cfg.Now()
 	type raw struct {
 		kind byte
@@ -117,15 +145,16 @@ func (b *Books) elements(mkt string) *elemSet {
 	var unknownOffer []int // asks whose offer comes from the cache
 	b.mu.Lock()
 	if t, ok := b.tombs[mkt]; ok {
+		fills, cancels = make([]raw, 0, len(t.fills)), make([]raw, 0, len(t.cancels))
 		for _, f := range t.fills {
 			if f.expires.After(now) {
-				fills = append(fills, raw{kindFill, f.raw, elem{msg: &proto.BookMessage{Body: &proto.BookMessage_Fill{Fill: f.msg}}}, f.at})
+				fills = append(fills, raw{kindFill, f.raw, elem{fill: f.msg}, f.at})
 			}
 		}
 		for _, c := range t.cancels {
 			if c.env != nil && c.expires.After(now) {
 				cancels = append(cancels, raw{kind: kindCancel, key: c.env,
-					e: elem{msg: &proto.BookMessage{Body: &proto.BookMessage_Cancel{Cancel: c.env}, CancelledOrder: c.order}}})
+					e: elem{cancel: c.env, cancelled: c.order}})
 			}
 		}
 	}
@@ -133,12 +162,13 @@ func (b *Books) elements(mkt string) *elemSet {
 		if s.Book.Market() != mkt {
 			continue
 		}
+		orders = slices.Grow(orders, len(s.envs))
 		for id, env := range s.envs {
 			o, _, ok := s.Book.Lookup(id)
 			if !ok || !o.Expires.After(now) {
 				continue
 			}
-			e := elem{msg: &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}}}
+			e := elem{order: env}
 			if o.Side == market.Ask {
 				e.provider, e.offer = o.Maker, s.offers[id]
 				if e.offer == nil {
@@ -156,19 +186,47 @@ func (b *Books) elements(mkt string) *elemSet {
 			}
 		}
 	}
-	slices.SortFunc(fills, func(a, b raw) int { return cmp.Or(a.at.Compare(b.at), bytes.Compare(a.key, b.key)) })
-	slices.SortFunc(orders, func(a, b raw) int { return cmp.Or(a.at.Compare(b.at), bytes.Compare(a.key, b.key)) })
-	set := &elemSet{elems: make(map[elemID]elem, len(fills)+len(cancels)+len(orders))}
+	if byTime {
+		byAt := func(a, b raw) int {
+			if c := a.at.Compare(b.at); c != 0 {
+				return c
+			}
+			return bytes.Compare(a.key, b.key)
+		}
+		slices.SortFunc(fills, byAt)
+		slices.SortFunc(orders, byAt)
+	}
+	n := len(fills) + len(cancels) + len(orders)
+	set := &elemSet{elems: make(map[elemID]elem, n), ids: make([]elemID, 0, n)}
+	b.idMu.Lock()
+	defer b.idMu.Unlock()
+	ids := make(map[elemKey]elemID, n)
 	for _, group := range [][]raw{fills, cancels, orders} {
 		for _, r := range group {
-			id := hashElem(r.kind, r.key)
+			k := elemKey{unsafe.SliceData(r.key), len(r.key), r.kind}
+			id, ok := b.elemIDs[mkt][k]
+			if !ok {
+				id = hashElem(r.kind, r.key)
+			}
+			ids[k] = id
 			if _, dup := set.elems[id]; !dup {
 				set.ids = append(set.ids, id)
 				set.elems[id] = r.e
 			}
 		}
 	}
+	b.elemIDs[mkt] = ids
 	return set
+}
+
+// elemKey names an element's bytes by where they are: the bytes a
+// replica keeps for an element never change, and while elemIDs holds the
+// key the bytes cannot be freed, so no other element can be given the
+// same address.
+type elemKey struct {
+	p    *byte
+	n    int
+	kind byte
 }
 
 // messages lists the elements in the order elements made them, each ask's
@@ -185,18 +243,27 @@ func (e *elemSet) messages() []*proto.BookMessage {
 // with is the element's message, with its offer when sent does not list
 // its provider yet (which it then does).
 func (el elem) with(sent map[string]bool) *proto.BookMessage {
+	m := el.message()
 	if el.offer == nil || sent[el.provider] {
-		return el.msg
+		return m
 	}
 	sent[el.provider] = true
-	m := &proto.BookMessage{Body: el.msg.Body, Offer: el.offer}
-	return m
+	return &proto.BookMessage{Body: m.Body, Offer: el.offer}
 }
 
 // sorted returns the IDs sorted (elements keeps them in sending order).
 func (e *elemSet) sorted() *elemSet {
-	slices.SortFunc(e.ids, func(a, b elemID) int { return bytes.Compare(a[:], b[:]) })
+	slices.SortFunc(e.ids, cmpID)
 	return e
+}
+
+// cmpID orders element IDs by their bytes. IDs are hashes: their first
+// eight bytes almost always decide.
+func cmpID(a, b elemID) int {
+	if x, y := binary.BigEndian.Uint64(a[:8]), binary.BigEndian.Uint64(b[:8]); x != y {
+		return cmp.Compare(x, y)
+	}
+	return bytes.Compare(a[8:], b[8:])
 }
 
 func nibble(id *elemID, i int) byte {
@@ -318,7 +385,7 @@ func (e *elemSet) respond(in *proto.Reconcile, budget int) *proto.Reconcile {
 				}
 			}
 			for id := range theirs {
-				if _, ok := slices.BinarySearchFunc(mine, id, func(a, b elemID) int { return bytes.Compare(a[:], b[:]) }); !ok {
+				if _, ok := slices.BinarySearchFunc(mine, id, cmpID); !ok {
 					out.Want = append(out.Want, slices.Clone(id[:]))
 				}
 			}
@@ -356,7 +423,7 @@ func (b *Books) ReconcileWith(ctx context.Context, mkt string, p peer.ID) (Recon
 		return st, err
 	}
 	defer c.Close()
-	e := b.elements(mkt).sorted()
+	e := b.elements(mkt, false).sorted()
 	first := &proto.Reconcile{Market: mkt, Ranges: []*proto.ReconcileRange{e.rangeOf(nil)}}
 	if err := c.Send(first); err != nil {
 		c.Reset()
@@ -395,7 +462,7 @@ func (b *Books) answerReconcile(c *p2p.ReconcileConn) {
 	ctx, cancel := context.WithTimeout(b.ctx, p2p.ReconcileTimeout)
 	defer cancel()
 	var st ReconcileStats
-	if err := b.reconcileRounds(ctx, c, in.Market, b.elements(in.Market).sorted(), in, &st); err != nil {
+	if err := b.reconcileRounds(ctx, c, in.Market, b.elements(in.Market, false).sorted(), in, &st); err != nil {
 		b.cfg.Log.Debug("reconcile answer failed", "market", in.Market, "peer", c.Peer(), "err", err)
 	}
 	if st.Changed > 0 {

@@ -1,9 +1,12 @@
 package exchange
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"testing"
+	"time"
 
 	gproto "google.golang.org/protobuf/proto"
 
@@ -159,4 +162,80 @@ func FuzzReconcileRespond(f *testing.F) {
 			t.Fatalf("respond made a message its peer refuses: %v", err)
 		}
 	})
+}
+
+// bookOf returns Books holding n asks of distinct makers whose envelopes
+// are size bytes sharing a long prefix (as sealed orders do).
+func bookOf(tb testing.TB, n, size int) (*Books, *clock) {
+	tb.Helper()
+	clk := &clock{t: t0}
+	b := New(Config{Now: clk.now})
+	for i := range n {
+		o := ask(fmt.Sprintf("o%06d", i), fmt.Sprintf("maker-%d", i), 1, 2_000_000+int64(i))
+		o.Created = t0.Add(-time.Duration(i%97) * time.Second)
+		ev := orderEvent(o)
+		ev.Envelope = append(bytes.Repeat([]byte{0xa5}, size-len(o.ID)), o.ID...)
+		b.Apply(mkt, ev)
+	}
+	return b, clk
+}
+
+// TestElementIDs: a reconciliation's snapshot names each element by the
+// SHA-256 of its kind and bytes, snapshot after snapshot while the book
+// changes (the IDs are kept between snapshots, not recomputed), and keeps
+// the IDs of the elements it listed only.
+func TestElementIDs(t *testing.T) {
+	b, _ := bookOf(t, 50, 300)
+	check := func(when string, want int) {
+		t.Helper()
+		e := b.elements(mkt, false).sorted()
+		if len(e.ids) != want {
+			t.Fatalf("%s: %d elements, want %d", when, len(e.ids), want)
+		}
+		for _, m := range b.SyncAnswer(mkt) {
+			var id elemID
+			switch {
+			case m.GetOrder() != nil:
+				id = hashElem(kindOrder, m.GetOrder())
+			case m.GetCancel() != nil:
+				id = hashElem(kindCancel, m.GetCancel())
+			default:
+				t.Fatalf("%s: unexpected element %v", when, m)
+			}
+			if _, ok := e.elems[id]; !ok {
+				t.Fatalf("%s: an element is missing or misnamed", when)
+			}
+		}
+		b.idMu.Lock()
+		kept := len(b.elemIDs[mkt])
+		b.idMu.Unlock()
+		if kept != want {
+			t.Fatalf("%s: %d IDs kept, want %d", when, kept, want)
+		}
+	}
+	check("first", 50)
+	check("again", 50)
+	if err := b.With(mkt, "USD", func(s *Replica) {
+		if err := s.Cancel("o000007", "maker-7"); err != nil {
+			t.Fatal(err)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	o := ask("new", "maker-new", 1, 2_500_000)
+	b.Apply(mkt, orderEvent(o))
+	check("after a cancel and a new order", 50) // 49 orders, the new one, and no cancel: it has no sealed form here
+}
+
+// BenchmarkReconcileSnapshot is what each reconciliation, started or
+// answered, costs a replica before the first message: the snapshot of a
+// market of 2,000 open asks sorted by element ID.
+func BenchmarkReconcileSnapshot(b *testing.B) {
+	books, _ := bookOf(b, 2000, 400)
+	b.ReportAllocs()
+	for b.Loop() {
+		if e := books.elements(mkt, false).sorted(); len(e.ids) != 2000 {
+			b.Fatalf("%d elements", len(e.ids))
+		}
+	}
 }
