@@ -326,7 +326,7 @@ func (b *Books) RefuseEarly(data []byte, author, from peer.ID) string {
 
 // selfMaker reports whether maker is this node.
 func (b *Books) selfMaker(maker string) bool {
-	return b.cfg.Host != nil && maker == b.cfg.Host.ID().String()
+	return b.self != "" && maker == b.self
 }
 
 // capLocked is how many orders maker may rest in one replica. Callers

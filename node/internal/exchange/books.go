@@ -232,6 +232,7 @@ type Books struct {
 	authorsMu sync.Mutex
 	syncers   map[peer.ID]*rate.Limiter // by peer asking for a sync
 	kick      chan string               // markets whose crossing to re-check
+	self      string                    // this node's peer ID, as makers are named ("" without a Host)
 	// idMu guards elemIDs: by market, the IDs of the elements the last
 	// snapshot listed (elements).
 	idMu    sync.Mutex
@@ -258,7 +259,12 @@ func New(cfg Config) *Books {
 	if cfg.ReconcileEvery == 0 {
 		cfg.ReconcileEvery = DefaultReconcileInterval
 	}
+	self := ""
+	if cfg.Host != nil {
+		self = cfg.Host.ID().String() // base58: encoded once, not per message
+	}
 	return &Books{
+		self:     self,
 		cfg:      cfg,
 		ctx:      context.Background(),
 		states:   map[string]*Replica{},
@@ -406,11 +412,7 @@ func inc(c prometheus.Counter) {
 // as market.Evictee says (the node's own orders stay), and returns its ID.
 // Callers hold b.mu.
 func (b *Books) evictLocked(s *Replica, arrived market.Side) string {
-	self := ""
-	if b.cfg.Host != nil {
-		self = b.cfg.Host.ID().String()
-	}
-	v, ok := market.Evictee(s.Book, b.cfg.MaxResting, arrived, func(o market.Order) bool { return o.Maker == self })
+	v, ok := market.Evictee(s.Book, b.cfg.MaxResting, arrived, func(o market.Order) bool { return b.selfMaker(o.Maker) })
 	if !ok {
 		return ""
 	}
@@ -538,7 +540,7 @@ func (b *Books) apply(mkt string, ev *p2p.BookEvent) bool {
 			return false
 		}
 		inc(b.cfg.Orders)
-		if b.cfg.Host == nil || o.Maker != b.cfg.Host.ID().String() {
+		if !b.selfMaker(o.Maker) {
 			b.Kick(mkt)
 		}
 	case p2p.KindCancel:
@@ -623,11 +625,7 @@ func (b *Books) applyFill(ev *p2p.BookEvent) bool {
 	if len(s.fills) > MaxRecentFills {
 		s.fills = slices.Delete(s.fills, 0, len(s.fills)-MaxRecentFills)
 	}
-	party := false
-	if b.cfg.Host != nil {
-		me := b.cfg.Host.ID().String()
-		party = f.Buyer == me || f.Provider == me
-	}
+	party := b.selfMaker(f.Buyer) || b.selfMaker(f.Provider)
 	if b.cfg.Hooks.FillLocked != nil {
 		b.cfg.Hooks.FillLocked(ev, index, party)
 	}
@@ -716,7 +714,7 @@ func (b *Books) checkFrom(ctx context.Context, from peer.ID, ev *p2p.BookEvent) 
 // smallest IDs (evictMaker drops the largest). This node's own orders
 // are never refused.
 func (b *Books) makerFull(o *market.Order) bool {
-	if b.cfg.Host != nil && o.Maker == b.cfg.Host.ID().String() {
+	if b.selfMaker(o.Maker) {
 		return false
 	}
 	b.mu.Lock()
@@ -740,7 +738,7 @@ func largest(ids map[string]bool) string {
 // (capLocked; not its own node's), without a tombstone, and
 // returns them. Callers hold b.mu.
 func (b *Books) evictMaker(s *Replica, maker string) []string {
-	if b.cfg.Host != nil && maker == b.cfg.Host.ID().String() {
+	if b.selfMaker(maker) {
 		return nil
 	}
 	var out []string
