@@ -195,6 +195,11 @@ type Config struct {
 	// with one random peer of its topic (default DefaultReconcileInterval;
 	// negative: never, only on reconnect).
 	ReconcileEvery time.Duration
+	// InlineOfferMax is the largest offer (sealed, in bytes) that the
+	// first ask it backs carries whole; a larger one travels by digest
+	// from the first ask on. 0 (the default): every ask carries the
+	// digest (see pull.go for why).
+	InlineOfferMax int
 	// Admission tunes how fast makers this node does not know yet are
 	// admitted (admission.go); the zero value is the defaults.
 	Admission AdmissionConfig

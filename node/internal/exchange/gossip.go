@@ -420,7 +420,8 @@ func (b *Books) Publish(ctx context.Context, mkt string, m *proto.BookMessage, e
 // attach returns m with what travels beside it: an ask's offer (of
 // Hooks.OfferFor's envelope, which the replica keeps to hand on by sync
 // and answers pulls of), whole on the first ask of the market that it
-// backs and by digest on the asks after it; a cancel's order, from
+// backs if it is no larger than Config.InlineOfferMax (0 by default:
+// never), and by digest otherwise; a cancel's order, from
 // its tombstone, whose sealed form it records. ev gets the envelope of a
 // cancel, as DecodeBook would have set it.
 func (b *Books) attach(m *proto.BookMessage, ev *p2p.BookEvent) *proto.BookMessage {
@@ -438,8 +439,10 @@ func (b *Books) attach(m *proto.BookMessage, ev *p2p.BookEvent) *proto.BookMessa
 		})
 		d := p2p.OfferDigest(env) // OfferFor's envelopes are Offers' own or cached: Held answers pulls of it
 		b.mu.Lock()
-		first := b.inlined[o.Market] != d
-		b.inlined[o.Market] = d
+		first := b.inlined[o.Market] != d && len(env) <= b.cfg.InlineOfferMax
+		if first {
+			b.inlined[o.Market] = d
+		}
 		b.mu.Unlock()
 		if first {
 			return &proto.BookMessage{Body: m.Body, Offer: env}

@@ -49,6 +49,8 @@ type peerOpts struct {
 	// offerFor, when set, is Hooks.OfferFor: the offer a published ask
 	// carries.
 	offerFor func(po *proto.Order) []byte
+	// inlineMax is Config.InlineOfferMax.
+	inlineMax int
 }
 
 // coverCheck is the ask rule the node applies (askFacts), reduced to what
@@ -111,7 +113,7 @@ func newNetPeer(t *testing.T, opts peerOpts) *netPeer {
 		every = -1
 	}
 	cfg := Config{Host: h, PubSub: ps, Rejects: np.rejects, ReconcileEvery: every, Offers: np.offers, Log: slog.New(slog.DiscardHandler), Providers: opts.providers,
-		Admission: opts.admission, Stamp: opts.stamp}
+		Admission: opts.admission, Stamp: opts.stamp, InlineOfferMax: opts.inlineMax}
 	if np.offers != nil {
 		cfg.Hooks.CheckAsk = coverCheck(np.offers)
 	}
@@ -225,9 +227,16 @@ func mustMarshal(t *testing.T, m *proto.BookMessage) []byte {
 // sealOffer is an offer of signer's naming provider, with gpus H100s.
 func sealOffer(t *testing.T, signer crypto.PrivKey, provider peer.ID, gpus int) []byte {
 	t.Helper()
+	return sealOfferSeq(t, signer, provider, gpus, 1)
+}
+
+// sealOfferSeq is sealOffer with the offer's seq (a provider's newer offer
+// has a larger one).
+func sealOfferSeq(t *testing.T, signer crypto.PrivKey, provider peer.ID, gpus int, seq uint64) []byte {
+	t.Helper()
 	now := time.Now()
 	o := &proto.Offer{
-		Provider: []byte(provider), Seq: 1, CreatedUnixMs: now.UnixMilli(), ExpiresUnixMs: now.Add(time.Hour).UnixMilli(),
+		Provider: []byte(provider), Seq: seq, CreatedUnixMs: now.UnixMilli(), ExpiresUnixMs: now.Add(time.Hour).UnixMilli(),
 		Region: "CN-GZ", Host: &proto.Host{Backend: "sim", CpuCores: 64, MemoryBytes: 1 << 40},
 		Pricing:     &proto.Pricing{Currency: "USD", OnDemandMicros: 2_490_000},
 		Terms:       &proto.LeaseTerms{MinDurationS: 60, MaxDurationS: 3600, BillingIncrementS: 60},
@@ -349,13 +358,16 @@ func (p *netPeer) publishDigest(t *testing.T, env []byte, ev *p2p.BookEvent, dig
 
 // TestFirstAskCarriesItsOffer: a node's first ask in a market carries its
 // offer whole, the asks after it with the same offer only its digest, and
-// the first ask with a new offer that offer whole again; the replica holds
-// every ask. What travels is read off the replica's own subscription to
-// the topic, after validation.
+// the first ask with a new offer that offer whole again; an offer larger
+// than InlineOfferMax goes by digest from the first ask on. The replica
+// holds every ask. What travels is read off the replica's own
+// subscription to the topic, after validation.
 func TestFirstAskCarriesItsOffer(t *testing.T) {
 	var offer atomic.Pointer[[]byte]
-	maker := newNetPeer(t, peerOpts{noDHT: true, offerFor: func(*proto.Order) []byte { return *offer.Load() }})
-	replica := newNetPeer(t, peerOpts{noDHT: true})
+	maker := newNetPeer(t, peerOpts{noDHT: true, offerFor: func(*proto.Order) []byte { return *offer.Load() }, inlineMax: 2000})
+	// Admission off: the maker's five asks and the probes are more
+	// orders than a maker with no fill may rest.
+	replica := newNetPeer(t, peerOpts{noDHT: true, admission: AdmissionConfig{Off: true}})
 	connect(t, replica, maker)
 	meshed(t, maker, replica)
 	replica.books.mu.Lock()
@@ -384,7 +396,7 @@ func TestFirstAskCarriesItsOffer(t *testing.T) {
 			}
 		}
 	}
-	off1, off2 := sealOffer(t, maker.key, maker.h.ID(), 8), sealOffer(t, maker.key, maker.h.ID(), 6)
+	off1, off2 := sealOfferSeq(t, maker.key, maker.h.ID(), 8, 1), sealOfferSeq(t, maker.key, maker.h.ID(), 6, 2)
 	maker.holdOffer(t, off1)
 	offer.Store(&off1)
 	d1 := p2p.OfferDigest(off1)
@@ -407,6 +419,18 @@ func TestFirstAskCarriesItsOffer(t *testing.T) {
 	if m := next(ev.Order.ID); !bytes.Equal(m.Offer, off2) || m.OfferDigest != nil {
 		t.Fatalf("the first ask with a new offer carried an offer of %d bytes and a digest of %d, want the new offer whole", len(m.Offer), len(m.OfferDigest))
 	}
+	big := sealOfferSeq(t, maker.key, maker.h.ID(), 40, 3)
+	if len(off2) > 2000 || len(big) <= 2000 {
+		t.Fatalf("offers of %d and %d bytes: the test needs one under 2000 and one over", len(off2), len(big))
+	}
+	maker.holdOffer(t, big)
+	offer.Store(&big)
+	env, ev = maker.sealOrder(t, proto.Side_SIDE_ASK, 4, 2_000_000, 10)
+	maker.publishMsg(t, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}}, ev)
+	if m, d := next(ev.Order.ID), p2p.OfferDigest(big); m.Offer != nil || !bytes.Equal(m.OfferDigest, d[:]) {
+		t.Fatalf("the first ask with a large offer carried an offer of %d bytes and a digest of %d, want the digest", len(m.Offer), len(m.OfferDigest))
+	}
+	waitUntil(t, "the replica to hold the ask of the large offer (pulled)", func() bool { return replica.books.Holds(mkt, "USD", ev.Order.ID) })
 	if n := count(replica.rejects, "book", "offer-unknown") + count(replica.rejects, "book", "offer-pull-failed"); n != 0 {
 		t.Errorf("the replica counted %v offers unknown or failed pulls", n)
 	}

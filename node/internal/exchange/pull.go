@@ -10,18 +10,24 @@ import (
 	"github.com/suanli/suanli/p2p"
 )
 
-// An ask travels on gossip with its whole offer only when it is the first
-// ask its maker publishes in the market with that offer (Books.attach);
-// the asks after it carry the offer's digest (proto.BookMessage.
-// offer_digest): an offer is up to 64 KB, and with it beside every ask
-// each ask dragged it through every mesh link of every node, several
-// copies at once in every node's queues. The first ask gives every
-// replica the offer when it needs it, without a round trip per hop; a
-// replica that missed it (or joined later and was not given it by sync)
-// and holds no offer with the digest pulls it, once, from the peer that
+// Asks travel on gossip with their offer's digest, not the offer
+// (proto.BookMessage.offer_digest): an offer is up to 64 KB, and with it
+// beside every ask each ask dragged it through every mesh link of every
+// node, several copies at once in every node's queues. A replica that
+// holds no offer with the digest pulls it, once, from the peer that
 // relayed the ask, which held it to validate the ask. When that fails the
 // ask is checked as before, from the DHT or the provider itself, and
 // retried if still unknown.
+//
+// Config.InlineOfferMax lets the first ask with a small offer carry it
+// whole instead (the "the offer travels with the first ask"):
+// no round trip per hop for that ask. It is off by default: the
+// measurements disagree (BENCHMARKS.md, stop 31). At 300 simulated nodes
+// with 60 KB offers the digest asks were held sooner; at 1,000 nodes with
+// 3 KB offers the offer beside every ask was held 3x sooner than by
+// digest (stop 29 against stop 30), but the one 1,000-node run with the
+// offer on the first ask only stalled in its asks phase near the memory
+// limit.
 
 // offerPullTimeout bounds one pull from a relaying peer: a round trip and
 // up to 64 KB.
