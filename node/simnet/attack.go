@@ -320,6 +320,7 @@ func (s *sim) attack(ctx context.Context, net *network, rep *Report) error {
 			missed = append(missed, err)
 			d = attackWait
 		}
+		s.log.Info("attack: honest sample", "n", len(prop)+1, "took", d.Round(time.Millisecond), "missed", err != nil)
 		prop = append(prop, d)
 		if len(missed) >= attackMissed {
 			break
