@@ -80,9 +80,8 @@ type elemID = [sha256.Size]byte
 // built only when it is sent (a snapshot lists every element of the
 // market; a reconciliation sends the few the peer lacks).
 type elem struct {
-	msg       *proto.BookMessage // built already (or nil: from the fields below)
-	order     []byte             // a sealed order
-	cancel    []byte             // a sealed cancel, and the order it withdraws
+	order     []byte // a sealed order
+	cancel    []byte // a sealed cancel, and the order it withdraws
 	cancelled []byte
 	fill      *proto.Fill
 	offer     []byte // an ask's offer, sent once per provider a message
@@ -92,8 +91,6 @@ type elem struct {
 // message is el's message, without an offer.
 func (el elem) message() *proto.BookMessage {
 	switch {
-	case el.msg != nil:
-		return el.msg
 	case el.fill != nil:
 		return &proto.BookMessage{Body: &proto.BookMessage_Fill{Fill: el.fill}}
 	case el.cancel != nil:

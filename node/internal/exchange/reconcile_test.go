@@ -22,7 +22,7 @@ func memSet(keys ...[]uint64) *elemSet {
 			var b [8]byte
 			binary.BigEndian.PutUint64(b[:], k)
 			id := sha256.Sum256(b[:])
-			e.elems[id] = elem{msg: &proto.BookMessage{Body: &proto.BookMessage_Order{Order: id[:]}}}
+			e.elems[id] = elem{order: id[:]}
 			e.ids = append(e.ids, id)
 		}
 	}
@@ -75,7 +75,7 @@ func runRounds(t *testing.T, a, b *elemSet) (msgs, items, size int) {
 			if _, ok := to.elems[id]; ok {
 				t.Fatalf("an element its receiver held was sent")
 			}
-			to.elems[id] = elem{msg: it}
+			to.elems[id] = elem{order: it.GetOrder()}
 			to.ids = append(to.ids, id)
 		}
 		to.sorted()
