@@ -13,6 +13,7 @@ import (
 	pb "github.com/libp2p/go-libp2p-pubsub/pb"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/record"
 	gproto "google.golang.org/protobuf/proto"
 
 	"github.com/suanli/suanli/market"
@@ -22,8 +23,9 @@ import (
 // BookTopic is the gossipsub topic of a market's order book.
 //
 // Version 2: messages are signed by their gossip author (StrictSign),
-// which version 1 did not do; the two do not mix.
-func BookTopic(market string) string { return "/suanli/book/2/" + market }
+// which version 1 did not do. Version 3: a cancel or a fill may carry a
+// maker stamp, which version 2 refused. Versions do not mix.
+func BookTopic(market string) string { return "/suanli/book/3/" + market }
 
 // MaxBookGossipSize bounds one gossiped book message: a fill carries two
 // envelopes of at most MaxBookMessageSize each, an ask its own and the
@@ -193,9 +195,10 @@ type BookEvent struct {
 	// the sealed offer, which the replica pulls from the relaying peer
 	// when it holds none with this digest (AttachPulled).
 	OfferDigest []byte
-	// MakerStamp (KindOrder) is the stamp that travelled beside the
-	// order, StampSize bytes or none; its work is not checked here
-	// (StampWork).
+	// MakerStamp is the stamp that travelled beside the message,
+	// StampSize bytes or none: beside an order or a cancel its maker's,
+	// beside a fill one of its parties' (StampSigners says whose it can
+	// be). Its work is not checked here (StampWork).
 	MakerStamp []byte
 }
 
@@ -265,10 +268,13 @@ func (v *Verified) DecodeBook(data []byte, mkt string, now time.Time) (*BookEven
 		if c.OrderId == "" || len(c.OrderId) > market.MaxOrderIDLen {
 			return nil, fmt.Errorf("%w: cancel order id", ErrBookSchema)
 		}
-		if len(msg.Offer) > 0 || len(msg.OfferDigest) > 0 || len(msg.MakerStamp) > 0 {
-			return nil, fmt.Errorf("%w: a cancel with an offer or stamp beside it", ErrBookSchema)
+		if len(msg.Offer) > 0 || len(msg.OfferDigest) > 0 {
+			return nil, fmt.Errorf("%w: a cancel with an offer beside it", ErrBookSchema)
 		}
-		ev := &BookEvent{Kind: KindCancel, Cancel: c, Envelope: body.Cancel}
+		if n := len(msg.MakerStamp); n > 0 && n != StampSize {
+			return nil, fmt.Errorf("%w: maker stamp of %d bytes", ErrBookSchema, n)
+		}
+		ev := &BookEvent{Kind: KindCancel, Cancel: c, Envelope: body.Cancel, MakerStamp: msg.MakerStamp}
 		if len(msg.CancelledOrder) > 0 {
 			o, err := v.cancelledOrder(msg.CancelledOrder, c, signer)
 			if err != nil {
@@ -278,13 +284,17 @@ func (v *Verified) DecodeBook(data []byte, mkt string, now time.Time) (*BookEven
 		}
 		return ev, nil
 	case *proto.BookMessage_Fill:
-		if len(msg.Offer) > 0 || len(msg.OfferDigest) > 0 || len(msg.CancelledOrder) > 0 || len(msg.MakerStamp) > 0 {
-			return nil, fmt.Errorf("%w: a fill with an offer, order or stamp beside it", ErrBookSchema)
+		if len(msg.Offer) > 0 || len(msg.OfferDigest) > 0 || len(msg.CancelledOrder) > 0 {
+			return nil, fmt.Errorf("%w: a fill with an offer or order beside it", ErrBookSchema)
+		}
+		if n := len(msg.MakerStamp); n > 0 && n != StampSize {
+			return nil, fmt.Errorf("%w: maker stamp of %d bytes", ErrBookSchema, n)
 		}
 		ev, err := v.OpenFill(body.Fill, now)
 		if err != nil {
 			return nil, err
 		}
+		ev.MakerStamp = msg.MakerStamp
 		if ev.Fill.Market != mkt {
 			return nil, fmt.Errorf("%w: fill for %q on the %q topic", ErrBookTopic, ev.Fill.Market, mkt)
 		}
@@ -603,4 +613,41 @@ func MarshalBook(m *proto.BookMessage) ([]byte, error) { return marshalBook(m) }
 
 func marshalBook(m *proto.BookMessage) ([]byte, error) {
 	return gproto.MarshalOptions{Deterministic: true}.Marshal(m)
+}
+
+// StampSigners are the identities whose maker stamp may travel beside
+// msg: the signer of an order or of a cancel (its maker), both signers of
+// a fill (its take's and its accept's: the two parties). They are read
+// from the envelopes without verifying anything, so that a replica can
+// decide whether to look at a message before it spends a verify on it;
+// DecodeBook checks the signatures after, and that an order's or a
+// cancel's signer is its maker. Nil for a message without a body or with
+// an envelope that does not parse.
+func StampSigners(msg *proto.BookMessage) []peer.ID {
+	signer := func(env []byte) (peer.ID, bool) {
+		e, err := record.UnmarshalEnvelope(env)
+		if err != nil {
+			return "", false
+		}
+		id, err := peer.IDFromPublicKey(e.PublicKey)
+		return id, err == nil
+	}
+	var envs [][]byte
+	switch body := msg.GetBody().(type) {
+	case *proto.BookMessage_Order:
+		envs = [][]byte{body.Order}
+	case *proto.BookMessage_Cancel:
+		envs = [][]byte{body.Cancel}
+	case *proto.BookMessage_Fill:
+		envs = [][]byte{body.Fill.GetTake(), body.Fill.GetAccept()}
+	}
+	var out []peer.ID
+	for _, env := range envs {
+		id, ok := signer(env)
+		if !ok {
+			return nil
+		}
+		out = append(out, id)
+	}
+	return out
 }

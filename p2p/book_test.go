@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -894,8 +895,38 @@ func TestMarshalBookDeterministic(t *testing.T) {
 // again names the same objects.
 func bookCheckAccepted(t *testing.T, data []byte, ev *p2p.BookEvent) {
 	t.Helper()
-	if n := len(ev.MakerStamp); n != 0 && (n != p2p.StampSize || ev.Kind != p2p.KindOrder) {
+	if n := len(ev.MakerStamp); n != 0 && n != p2p.StampSize {
 		t.Fatalf("DecodeBook accepted a %v with a maker stamp of %d bytes", ev.Kind, n)
+	}
+	// StampSigners, read without a verify, names whom the verify found.
+	var m proto.BookMessage
+	if err := gproto.Unmarshal(data, &m); err != nil {
+		t.Fatalf("Unmarshal(accepted message) = %v", err)
+	}
+	var signers []string
+	for _, id := range p2p.StampSigners(&m) {
+		signers = append(signers, id.String())
+	}
+	var want []string
+	switch ev.Kind {
+	case p2p.KindOrder:
+		want = []string{ev.Order.Maker}
+	case p2p.KindCancel:
+		maker, err := peer.IDFromBytes(ev.Cancel.Maker)
+		if err != nil {
+			t.Fatalf("accepted cancel's maker: %v", err)
+		}
+		want = []string{maker.String()}
+	case p2p.KindFill:
+		want = []string{ev.TakerOrder.Maker, ev.Fill.Buyer, ev.Fill.Provider}
+	}
+	if ev.Kind == p2p.KindFill {
+		// The take's signer is the taker, the accept's the other party.
+		if len(signers) != 2 || signers[0] != want[0] || (signers[1] != want[1] && signers[1] != want[2]) || signers[0] == signers[1] {
+			t.Fatalf("StampSigners(fill) = %v, want the taker %s and the other of %v", signers, want[0], want[1:])
+		}
+	} else if !slices.Equal(signers, want) {
+		t.Fatalf("StampSigners(%v) = %v, want %v", ev.Kind, signers, want)
 	}
 	switch ev.Kind {
 	case p2p.KindOrder:
@@ -1205,43 +1236,53 @@ func TestBookNewPubSub(t *testing.T) {
 	if err := topic.SetScoreParams(p2p.BookTopicScoreParams()); err != nil {
 		t.Errorf("SetScoreParams(BookTopicScoreParams()) = %v, want nil", err)
 	}
-	if got, want := p2p.BookTopic(bookMkt), "/suanli/book/2/"+bookMkt; got != want {
+	if got, want := p2p.BookTopic(bookMkt), "/suanli/book/3/"+bookMkt; got != want {
 		t.Errorf("BookTopic(%q) = %q, want %q", bookMkt, got, want)
 	}
 }
 
-// bookStampSeeds are an order with a maker stamp of the right size (and
-// one of the wrong size), and a cancel with one.
+// bookStampSeeds are an order, a cancel and a fill each with a maker
+// stamp of the right size (the first three), then each with one of the
+// wrong size.
 func bookStampSeeds(tb testing.TB) [][]byte {
 	maker := bookKey(tb, bookMakerSeed)
 	env := bookSeal(tb, maker.key, bookOrder(maker.id, proto.Side_SIDE_BID))
-	cancel := &proto.BookMessage{}
-	if err := gproto.Unmarshal(bookCancelCase(nil)(tb), cancel); err != nil {
-		tb.Fatal(err)
+	msg := func(data []byte) *proto.BookMessage {
+		m := &proto.BookMessage{}
+		if err := gproto.Unmarshal(data, m); err != nil {
+			tb.Fatal(err)
+		}
+		return m
 	}
-	cancel.MakerStamp = make([]byte, p2p.StampSize)
-	return [][]byte{
-		bookMarshal(tb, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}, MakerStamp: make([]byte, p2p.StampSize)}),
-		bookMarshal(tb, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}, MakerStamp: make([]byte, p2p.StampSize+1)}),
-		bookMarshal(tb, cancel),
+	order := &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}}
+	cancel, fill := msg(bookCancelCase(nil)(tb)), msg(bookFillCase(proto.Side_SIDE_BID, nil)(tb))
+	var out [][]byte
+	for _, n := range []int{p2p.StampSize, p2p.StampSize + 1} {
+		for _, m := range []*proto.BookMessage{order, cancel, fill} {
+			m.MakerStamp = make([]byte, n)
+			out = append(out, bookMarshal(tb, m))
+		}
 	}
+	return out
 }
 
-// TestDecodeBookStamp: an order's maker stamp of StampSize bytes comes
-// through DecodeBook as it travelled (its work is the replica's
-// business); one of another size, or one beside a cancel, is malformed.
+// TestDecodeBookStamp: a maker stamp of StampSize bytes beside an order, a
+// cancel or a fill comes through DecodeBook as it travelled (its work is
+// the replica's business); one of another size is malformed.
 func TestDecodeBookStamp(t *testing.T) {
 	seeds := bookStampSeeds(t)
-	ev, err := p2p.DecodeBook(seeds[0], bookMkt, bookNow)
-	if err != nil {
-		t.Fatalf("order with a stamp: %v", err)
+	for i, data := range seeds[:3] {
+		ev, err := p2p.DecodeBook(data, bookMkt, bookNow)
+		if err != nil {
+			t.Fatalf("seed %d with a stamp: %v", i, err)
+		}
+		if !bytes.Equal(ev.MakerStamp, make([]byte, p2p.StampSize)) {
+			t.Fatalf("seed %d: stamp %x, want the %d zero bytes it travelled with", i, ev.MakerStamp, p2p.StampSize)
+		}
 	}
-	if !bytes.Equal(ev.MakerStamp, make([]byte, p2p.StampSize)) {
-		t.Fatalf("order's stamp %x, want the %d zero bytes it travelled with", ev.MakerStamp, p2p.StampSize)
-	}
-	for i, data := range seeds[1:] {
+	for i, data := range seeds[3:] {
 		if _, err := p2p.DecodeBook(data, bookMkt, bookNow); !errors.Is(err, p2p.ErrBookSchema) {
-			t.Errorf("seed %d: DecodeBook = %v, want ErrBookSchema", i+1, err)
+			t.Errorf("seed %d: DecodeBook = %v, want ErrBookSchema", i+3, err)
 		}
 	}
 }

@@ -7,7 +7,7 @@
 // and the DHT record validator); dht.go (the DHT: publishing and finding
 // offers, market providers); book.go (gossipsub setup and peer scoring,
 // decoding and verifying book messages: orders, cancels, fills);
-// streams.go (/suanli/trade/1.0.0 and /suanli/book-sync/1.0.0);
+// streams.go (/suanli/trade/1.0.0 and /suanli/book-sync/2.0.0);
 // offerstream.go (/suanli/offer/1.0.0: a provider's own offer, asked
 // directly while the DHT's value search runs); attest.go
 // (/suanli/attest/1.0.0 challenges).

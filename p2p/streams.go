@@ -22,8 +22,11 @@ const (
 	// TradeProtocol carries one Take and its TradeReply per stream.
 	TradeProtocol = protocol.ID("/suanli/trade/1.0.0")
 	// SyncProtocol carries one SyncRequest and the open orders and recent
-	// fills of the market as a stream of BookMessages.
-	SyncProtocol = protocol.ID("/suanli/book-sync/1.0.0")
+	// fills of the market as a stream of BookMessages. 2.0.0: only
+	// stamped makers' elements, each with its stamp beside it (package
+	// exchange, carry.go); 1.0.0 carried all and refused a stamp beside a
+	// cancel or a fill.
+	SyncProtocol = protocol.ID("/suanli/book-sync/2.0.0")
 )
 
 // TradeTimeout bounds a whole take exchange on the maker's side; takers use
@@ -176,7 +179,8 @@ func RequestSync(ctx context.Context, h host.Host, p peer.ID, market string) ([]
 // ReconcileProtocol carries a set reconciliation of one market's book: a
 // few rounds of proto.Reconcile each way on one stream (package exchange
 // says what the rounds mean).
-const ReconcileProtocol = protocol.ID("/suanli/book-reconcile/1.0.0")
+// 2.0.0 carries stamped makers' elements only, as SyncProtocol 2.0.0.
+const ReconcileProtocol = protocol.ID("/suanli/book-reconcile/2.0.0")
 
 // Bounds on a reconciliation, kept by both sides: one message at most
 // MaxReconcileMessage bytes, a whole exchange at most ReconcileTimeout.

@@ -173,7 +173,7 @@ func (TimeInForce) EnumDescriptor() ([]byte, []int) {
 	return file_book_proto_rawDescGZIP(), []int{2}
 }
 
-// Order is a bid or an ask, gossiped on /suanli/book/1/<market>.
+// Order is a bid or an ask, gossiped on /suanli/book/3/<market>.
 type Order struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Maker         []byte                 `protobuf:"bytes,1,opt,name=maker,proto3" json:"maker,omitempty"`
@@ -1083,10 +1083,12 @@ type BookMessage struct {
 	// gossip, is the sealed Order it withdraws: its expiry says how long
 	// replicas keep the cancel as a tombstone.
 	CancelledOrder []byte `protobuf:"bytes,5,opt,name=cancelled_order,json=cancelledOrder,proto3" json:"cancelled_order,omitempty"`
-	// maker_stamp, beside an order, is its maker's stamp (p2p/stamp.go): a
-	// nonce whose SHA-256 with the maker's peer ID starts with enough zero
-	// bits. Not signed: the hash binds it to the maker. Replicas admit a
-	// maker they do not know yet in a lane of its own when it has one.
+	// maker_stamp is the stamp (p2p/stamp.go) of an order's or a cancel's
+	// maker, or of either party to a fill: a nonce whose SHA-256 with that
+	// peer ID starts with enough zero bits. Not signed: the hash binds it
+	// to the identity. Replicas admit a maker they do not know yet in a lane
+	// of its own when it has one, and sync and reconcile answers carry only
+	// the elements of makers with one, each with it here.
 	MakerStamp []byte `protobuf:"bytes,6,opt,name=maker_stamp,json=makerStamp,proto3" json:"maker_stamp,omitempty"`
 	// offer_digest, beside an ask on gossip (never with offer), is the
 	// SHA-256 of the sealed Offer that backs it. A replica that holds no
@@ -1358,7 +1360,7 @@ func (*TradeReply_Reject) isTradeReply_Body() {}
 func (*TradeReply_Resale) isTradeReply_Body() {}
 
 // SyncRequest asks a peer for the open orders of a market over
-// /suanli/book-sync/1.0.0; the answer is a stream of BookMessages.
+// /suanli/book-sync/2.0.0; the answer is a stream of BookMessages.
 type SyncRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Market        string                 `protobuf:"bytes,1,opt,name=market,proto3" json:"market,omitempty"`
@@ -1485,7 +1487,7 @@ func (x *ReconcileRange) GetListed() bool {
 }
 
 // Reconcile is one message of a set reconciliation of a market's book over
-// /suanli/book-reconcile/1.0.0: ranges to compare, the IDs the sender
+// /suanli/book-reconcile/2.0.0: ranges to compare, the IDs the sender
 // wants, and the elements it sends. done ends the exchange.
 type Reconcile struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
