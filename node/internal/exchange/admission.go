@@ -5,6 +5,7 @@ import (
 	"golang.org/x/time/rate"
 	gproto "google.golang.org/protobuf/proto"
 
+	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -241,11 +242,7 @@ func (b *Books) admitLocked(maker string, from peer.ID, stamp []byte) string {
 		a.remember(maker, false)
 		return ""
 	}
-	id, err := peer.Decode(maker)
-	if err != nil {
-		id = peer.ID(maker) // tests' makers: the stamp binds the raw bytes
-	}
-	all, peers, r, burst, why, whyPeer := a.lane(b.stamped(id, stamp))
+	all, peers, r, burst, why, whyPeer := a.lane(b.stamped(makerID(maker), stamp))
 	if all.Tokens() < 1 {
 		return why
 	}
@@ -283,8 +280,8 @@ func (b *Books) allowMaker(maker string) bool {
 
 // RefuseEarly reports why a gossiped book message authored by author
 // and relayed by from is ignored before its signatures are verified, or
-// "": an order (the only kind whose author is its maker) of a maker
-// admission would refuse now, whatever its content. It spends no token
+// "": an order of a maker, or a fill of two parties, that admission
+// would refuse now, whatever its content. It spends no token
 // and verifies nothing, so a Sybil's flood past the budgets costs a
 // replica gossipsub's own signature check and a map lookup, not a
 // second verify.
@@ -305,13 +302,34 @@ func (b *Books) RefuseEarly(data []byte, author, from peer.ID) string {
 	if gproto.Unmarshal(data, &msg) != nil {
 		return "" // DecodeBook says why
 	}
-	if _, ok := msg.Body.(*proto.BookMessage_Order); !ok {
+	var stamped bool
+	switch msg.Body.(type) {
+	case *proto.BookMessage_Order:
+		if slow {
+			return "new-maker-rate-limited"
+		}
+		stamped = b.stamped(author, msg.MakerStamp) // one hash, no lock
+	case *proto.BookMessage_Fill:
+		if known {
+			return ""
+		}
+		// Either party known admits it (admitFillLocked); their names
+		// are read from the envelopes, unverified.
+		signers := p2p.StampSigners(&msg)
+		b.mu.Lock()
+		for _, id := range signers {
+			if b.knownLocked(id.String(), from) {
+				b.mu.Unlock()
+				return ""
+			}
+		}
+		b.mu.Unlock()
+		for _, id := range signers {
+			stamped = stamped || b.stamped(id, msg.MakerStamp)
+		}
+	default:
 		return ""
 	}
-	if slow {
-		return "new-maker-rate-limited"
-	}
-	stamped := b.stamped(author, msg.MakerStamp) // one hash, no lock
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	all, peers, _, _, why, whyPeer := b.adm.lane(stamped)
@@ -336,4 +354,18 @@ func (b *Books) capLocked(maker string) int {
 		return MaxOrdersPerMaker
 	}
 	return MaxOrdersNewMaker
+}
+
+// admitFillLocked is admitLocked for a fill relayed by from with stamp
+// beside it: admitted when either party is known, else as a new maker
+// (the party the stamp proves work for, or the buyer). Callers hold b.mu.
+func (b *Books) admitFillLocked(f *market.Fill, from peer.ID, stamp []byte) string {
+	if b.knownLocked(f.Buyer, from) || b.knownLocked(f.Provider, from) {
+		return ""
+	}
+	party := f.Buyer
+	if b.stamped(makerID(f.Provider), stamp) {
+		party = f.Provider
+	}
+	return b.admitLocked(party, from, stamp)
 }

@@ -2,10 +2,12 @@ package exchange
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"testing"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"golang.org/x/time/rate"
 	gproto "google.golang.org/protobuf/proto"
@@ -125,11 +127,83 @@ func TestNewMakerCap(t *testing.T) {
 	}
 }
 
+// TestFillAdmission: a gossiped fill between two makers a replica does
+// not know spends a new-maker token like an order (two fresh keys can
+// sign one as cheaply), and is ignored past the budget, counted; a fill
+// with a known party, or relayed by its party, is admitted with the
+// budget spent, and a stamped party has the stamped lane; with admission
+// off every fill is admitted (negative control).
+func TestFillAdmission(t *testing.T) {
+	ctx := context.Background()
+	fillOf := func(buyer, provider string) *p2p.BookEvent {
+		return &p2p.BookEvent{Kind: p2p.KindFill, Fill: &market.Fill{ID: "f-" + buyer + provider, Market: mkt, Currency: "USD",
+			BidID: "bid-" + buyer, AskID: "ask-" + provider, Buyer: buyer, Provider: provider, Quantity: 1, Price: 2_000_000,
+			LeaseType: market.Spot, Time: t0}}
+	}
+	flood := func(b *Books) (admitted int) {
+		for i := range 10 {
+			if b.checkFrom(ctx, "relay", fillOf(fmt.Sprint("sybil-b-", i), fmt.Sprint("sybil-p-", i))) == pubsub.ValidationAccept {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	rejects := rejectsVec()
+	b := New(Config{Now: (&clock{t: t0}).now, Rejects: rejects, Admission: AdmissionConfig{Rate: slow, Burst: 3, PeerRate: slow, PeerBurst: 10,
+		StampedRate: slow, StampedBurst: 1, StampedPeerRate: slow, StampedPeerBurst: 1, StampBits: testStampBits}})
+	b.Apply(mkt, bid("rest", "resting-maker"))
+	if got := flood(b); got != 3 {
+		t.Fatalf("fills of fresh parties admitted: %d, want the budget's 3", got)
+	}
+	if got := count(rejects, "fill", "new-maker-limited"); got != 7 {
+		t.Errorf("rejects{fill,new-maker-limited} = %v, want 7", got)
+	}
+	if res := b.checkFrom(ctx, "relay", fillOf("fresh-buyer", "resting-maker")); res != pubsub.ValidationAccept {
+		t.Errorf("a fill with a known party: %v, want Accept", res)
+	}
+	if res := b.checkFrom(ctx, "neighbour", fillOf(peer.ID("neighbour").String(), "fresh-provider")); res != pubsub.ValidationAccept {
+		t.Errorf("a fill relayed by its party: %v, want Accept", res)
+	}
+	ev := fillOf("fresh-buyer-2", "stamped-provider")
+	ev.MakerStamp = stampOf(t, "stamped-provider")
+	if res := b.checkFrom(ctx, "relay", ev); res != pubsub.ValidationAccept {
+		t.Errorf("a fill with a stamped party: %v, want Accept", res)
+	}
+	ev = fillOf("fresh-buyer-3", "stamped-provider-2")
+	ev.MakerStamp = stampOf(t, "stamped-provider-2")
+	if res := b.checkFrom(ctx, "relay", ev); res != pubsub.ValidationIgnore || count(rejects, "fill", "stamped-limited") != 1 {
+		t.Errorf("past the stamped lane's burst: %v, stamped-limited %v; want Ignore, 1", res, count(rejects, "fill", "stamped-limited"))
+	}
+	off := New(Config{Now: (&clock{t: t0}).now, Admission: AdmissionConfig{Off: true, Rate: slow, Burst: 3, PeerRate: slow, PeerBurst: 10}})
+	if got := flood(off); got != 10 {
+		t.Fatalf("admission off: %d of 10 fills admitted, want all", got)
+	}
+}
+
+// fillMsg is a gossiped fill whose take k1 signed and whose accept k2
+// did: enough for RefuseEarly, which reads the parties unverified.
+func fillMsg(t testing.TB, k1, k2 crypto.PrivKey) []byte {
+	t.Helper()
+	take, err := p2p.Seal(k1, &proto.Take{Market: mkt}, proto.MaxBookMessageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	accept, err := p2p.Seal(k2, &proto.Accept{TakeId: "x"}, proto.MaxBookMessageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := gproto.Marshal(&proto.BookMessage{Body: &proto.BookMessage_Fill{Fill: &proto.Fill{Take: take, Accept: accept}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
 // TestRefuseEarly: once a budget is spent, a gossiped order of an
-// unknown maker is refused before its signature is checked; a cancel or
-// fill is left to the full validation, a known maker's order is not
-// refused, and nothing is refused while the budgets have tokens
-// (negative control).
+// unknown maker, or a fill of two, is refused before its signature is
+// checked; a cancel is left to the full validation, a known maker's
+// order and a fill with a known party are not refused, and nothing is
+// refused while the budgets have tokens (negative control).
 func TestRefuseEarly(t *testing.T) {
 	order, err := gproto.Marshal(&proto.BookMessage{Body: &proto.BookMessage_Order{Order: []byte("sealed")}})
 	if err != nil {
@@ -162,12 +236,24 @@ func TestRefuseEarly(t *testing.T) {
 	if why := b.RefuseEarly(order, "sybil-0", "relay-3"); why != "" {
 		t.Errorf("an admitted maker refused early (%s)", why)
 	}
+	k1, _, _ := crypto.GenerateEd25519Key(rand.Reader)
+	k2, _, _ := crypto.GenerateEd25519Key(rand.Reader)
+	id1, _ := peer.IDFromPrivateKey(k1)
+	id2, _ := peer.IDFromPrivateKey(k2)
+	fill := fillMsg(t, k1, k2)
+	if why := b.RefuseEarly(fill, id1, "relay-3"); why != "new-maker-limited" {
+		t.Errorf("a fill of two unknown parties: %q, want new-maker-limited", why)
+	}
+	b.Apply(mkt, bid("resting", id2.String()))
+	if why := b.RefuseEarly(fill, id1, "relay-3"); why != "" {
+		t.Errorf("a fill whose accepting party rests an order: refused early (%s)", why)
+	}
 }
 
 // FuzzRefuseEarly feeds RefuseEarly any bytes, author and relay once the
 // replica's new-maker budget is spent. It must not panic or spend a
-// token, and it may refuse only what decodes as an order of a maker the
-// replica does not know, relayed by someone other than that maker, with
+// token, and it may refuse only what decodes as an order or a fill of a
+// maker the replica does not know, relayed by someone other than that maker, with
 // the replica's reason; everything else is left to the full validation
 // (DecodeBook says why the rest is bad).
 func FuzzRefuseEarly(f *testing.F) {
@@ -183,6 +269,9 @@ func FuzzRefuseEarly(f *testing.F) {
 	f.Add(order, "first", "relay")
 	f.Add(order, "self-relayed", "self-relayed")
 	f.Add(cancel, "sybil", "relay")
+	k1, _, _ := crypto.GenerateEd25519Key(rand.Reader)
+	k2, _, _ := crypto.GenerateEd25519Key(rand.Reader)
+	f.Add(fillMsg(f, k1, k2), "sybil", "relay")
 	f.Add([]byte{}, "", "")
 	f.Add(order[:len(order)-2], "sybil", "relay") // truncated
 	f.Add([]byte{0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f}, "sybil", "relay")
@@ -199,7 +288,10 @@ func FuzzRefuseEarly(f *testing.F) {
 		var msg proto.BookMessage
 		isOrder := false
 		if gproto.Unmarshal(data, &msg) == nil {
-			_, isOrder = msg.Body.(*proto.BookMessage_Order)
+			switch msg.Body.(type) {
+			case *proto.BookMessage_Order, *proto.BookMessage_Fill:
+				isOrder = true // a fill: its parties are unknown too
+			}
 		}
 		want := "new-maker-limited"
 		if !isOrder || author == "first" || (from != "" && from == author) {

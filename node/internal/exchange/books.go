@@ -243,6 +243,8 @@ type Books struct {
 	idMu    sync.Mutex
 	elemIDs map[string]map[elemKey]elemID
 	adm     *admission // makers known and the new-maker budgets
+	// stamps are, by maker, the stamps this node learnt (carry.go).
+	stamps map[string][]byte
 }
 
 // New returns an empty set of replicas. Start begins its loop; until
@@ -287,6 +289,7 @@ func New(cfg Config) *Books {
 		rkick:    make(chan struct{}, 1),
 		elemIDs:  map[string]map[elemKey]elemID{},
 		adm:      newAdmission(cfg.Admission),
+		stamps:   map[string][]byte{},
 	}
 }
 
@@ -707,7 +710,18 @@ func (b *Books) checkFrom(ctx context.Context, from peer.ID, ev *p2p.BookEvent) 
 			b.reject("book", "rate-limited")
 			return pubsub.ValidationIgnore
 		}
+	case p2p.KindFill:
+		// Two fresh keys can sign a fill between themselves as cheaply
+		// as an order: the same admission holds for its parties.
+		b.mu.Lock()
+		why := b.admitFillLocked(ev.Fill, from, ev.MakerStamp)
+		b.mu.Unlock()
+		if why != "" {
+			b.reject("fill", why)
+			return pubsub.ValidationIgnore
+		}
 	}
+	b.noteEventStamp(ev)
 	return pubsub.ValidationAccept
 }
 

@@ -50,6 +50,7 @@ func TestRestSyncSweep(t *testing.T) {
 	short := ask("a2", "maker-b", 1, 2_100_000)
 	short.Expires = t0.Add(time.Minute)
 	b.Apply(mkt, orderEvent(short))
+	knowStamps(b, "maker-a", "maker-b")
 
 	if !b.Holds(mkt, "USD", "a1") || !b.Holds(mkt, "USD", "a2") {
 		t.Fatal("applied orders are not held")

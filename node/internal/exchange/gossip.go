@@ -286,6 +286,10 @@ func (b *Books) applyItems(ctx context.Context, mkt, kind string, items []*proto
 // changed the replica and were no longer in flight (settled).
 func (b *Books) applyData(ctx context.Context, mkt, kind string, msgs [][]byte) (changed int) {
 	for _, data := range msgs {
+		if why := b.refuseUnstamped(data); why != "" {
+			b.reject(kind, why) // carry.go: before any verify
+			continue
+		}
 		ev, err := b.cfg.Offers.verified().DecodeBook(data, mkt, b.cfg.Now())
 		if err != nil {
 			// A fill may outlive the orders it names; anything else
@@ -397,10 +401,8 @@ func (b *Books) Publish(ctx context.Context, mkt string, m *proto.BookMessage, e
 		return errNotJoined(mkt)
 	}
 	m = b.attach(m, ev)
-	if ev.Kind == p2p.KindOrder && b.cfg.Stamp != nil && b.selfMaker(ev.Order.Maker) {
-		if st := b.cfg.Stamp(); st != nil {
-			m = &proto.BookMessage{Body: m.Body, Offer: m.Offer, OfferDigest: m.OfferDigest, MakerStamp: st}
-		}
+	if st := b.Stamp(); st != nil && b.mine(ev) {
+		m = &proto.BookMessage{Body: m.Body, Offer: m.Offer, OfferDigest: m.OfferDigest, CancelledOrder: m.CancelledOrder, MakerStamp: st}
 	}
 	data, err := p2p.MarshalBook(m)
 	if err != nil {
@@ -466,6 +468,21 @@ func (b *Books) attach(m *proto.BookMessage, ev *p2p.BookEvent) *proto.BookMessa
 		return &proto.BookMessage{Body: m.Body, CancelledOrder: c.order}
 	}
 	return m
+}
+
+// mine reports whether this node made ev: an order or a cancel of its
+// own, a fill it is a party to. Its stamp travels beside it.
+func (b *Books) mine(ev *p2p.BookEvent) bool {
+	switch ev.Kind {
+	case p2p.KindOrder:
+		return b.selfMaker(ev.Order.Maker)
+	case p2p.KindCancel:
+		id, err := peer.IDFromBytes(ev.Cancel.GetMaker())
+		return err == nil && b.selfMaker(id.String())
+	case p2p.KindFill:
+		return b.selfMaker(ev.Fill.Buyer) || b.selfMaker(ev.Fill.Provider)
+	}
+	return false
 }
 
 // Stamp is the maker stamp this node's orders travel with now, or nil

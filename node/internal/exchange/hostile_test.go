@@ -56,6 +56,7 @@ func TestRestingCapEvicts(t *testing.T) {
 	for i, price := range []int64{2_000_000, 2_100_000, 2_200_000} {
 		b.Apply(mkt, orderEvent(ask(fmt.Sprint("a", i), fmt.Sprint("fresh-key-", i), 1, price)))
 	}
+	knowStamps(b, "fresh-key-0", "fresh-key-1", "fresh-key-2", "fresh-key-8", "fresh-key-9")
 	for i := range cap {
 		if !b.Holds(mkt, "USD", fmt.Sprint("a", i)) {
 			t.Fatalf("a%d under the cap is not held", i)
@@ -134,6 +135,7 @@ func TestAnswerSyncRateLimited(t *testing.T) {
 	rejects := rejectsVec()
 	b := New(Config{Now: (&clock{t: t0}).now, Rejects: rejects})
 	b.Apply(mkt, orderEvent(ask("a1", "maker-a", 1, 2_000_000)))
+	knowStamps(b, "maker-a")
 	for i := range syncAnswerBurst {
 		if msgs, err := b.AnswerSync("greedy", mkt); err != nil || len(msgs) != 1 {
 			t.Fatalf("answer %d: %d messages, %v", i, len(msgs), err)

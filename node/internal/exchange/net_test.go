@@ -45,7 +45,11 @@ type peerOpts struct {
 	providers func(ctx context.Context, mkt string, max int) []peer.AddrInfo
 	noJoin    bool // the test joins the market itself
 	admission AdmissionConfig
-	stamp     func() []byte // Config.Stamp
+	// stamp is Config.Stamp; nil: a stamp of testStampBits, ground for
+	// the peer's key (the admission then asks that much work), unless
+	// unstamped.
+	stamp     func() []byte
+	unstamped bool
 	// offerFor, when set, is Hooks.OfferFor: the offer a published ask
 	// carries.
 	offerFor func(po *proto.Order) []byte
@@ -111,6 +115,16 @@ func newNetPeer(t *testing.T, opts peerOpts) *netPeer {
 	every := opts.reconcile
 	if every == 0 {
 		every = -1
+	}
+	if opts.stamp == nil && !opts.unstamped {
+		st, err := p2p.GrindStamp(ctx, h.ID(), testStampBits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.stamp = func() []byte { return st }
+	}
+	if opts.admission.StampBits == 0 {
+		opts.admission.StampBits = testStampBits
 	}
 	cfg := Config{Host: h, PubSub: ps, Rejects: np.rejects, ReconcileEvery: every, Offers: np.offers, Log: slog.New(slog.DiscardHandler), Providers: opts.providers,
 		Admission: opts.admission, Stamp: opts.stamp, InlineOfferMax: opts.inlineMax}
@@ -193,9 +207,19 @@ func meshed(t *testing.T, a, b *netPeer) {
 // micro-USD, unique by nonce.
 func (p *netPeer) sealOrder(t *testing.T, side proto.Side, qty uint32, price int64, nonce uint64) ([]byte, *p2p.BookEvent) {
 	t.Helper()
+	return sealOrderBy(t, p.key, side, qty, price, nonce)
+}
+
+// sealOrderBy is sealOrder for the maker of key k.
+func sealOrderBy(t *testing.T, k crypto.PrivKey, side proto.Side, qty uint32, price int64, nonce uint64) ([]byte, *p2p.BookEvent) {
+	t.Helper()
+	maker, err := peer.IDFromPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
 	now := time.Now()
 	o := &proto.Order{
-		Maker: []byte(p.h.ID()), Side: side, Market: mkt, Currency: "USD", Quantity: qty, PriceMicros: price,
+		Maker: []byte(maker), Side: side, Market: mkt, Currency: "USD", Quantity: qty, PriceMicros: price,
 		LeaseType: proto.LeaseType_LEASE_TYPE_ON_DEMAND, CreatedUnixMs: now.UnixMilli(), ExpiresUnixMs: now.Add(time.Hour).UnixMilli(),
 		Nonce: nonce, OfferSeq: 1,
 	}
@@ -204,7 +228,7 @@ func (p *netPeer) sealOrder(t *testing.T, side proto.Side, qty uint32, price int
 	} else {
 		o.DurationS = 3600
 	}
-	env, err := p2p.Seal(p.key, o, proto.MaxBookMessageSize)
+	env, err := p2p.Seal(k, o, proto.MaxBookMessageSize)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -146,7 +146,12 @@ func TestOfferVerifiedOnce(t *testing.T) {
 		}
 		offers := NewOffers(context.Background(), OffersConfig{DHT: &fakeDHT{offers: map[peer.ID]*proto.Offer{}}, Verified: v})
 		rejects := rejectsVec()
-		b := New(Config{Offers: offers, Rejects: rejects, Log: slog.New(slog.DiscardHandler), Hooks: Hooks{CheckAsk: coverCheck(offers)}})
+		b := New(Config{Offers: offers, Rejects: rejects, Log: slog.New(slog.DiscardHandler), Hooks: Hooks{CheckAsk: coverCheck(offers)},
+			Admission: AdmissionConfig{StampBits: testStampBits}})
+		stamp, err := p2p.GrindStamp(context.Background(), maker, testStampBits)
+		if err != nil {
+			t.Fatal(err)
+		}
 		offer := sealOffer(t, k, maker, 8)
 		const asks = 5
 		var msgs [][]byte
@@ -157,7 +162,7 @@ func TestOfferVerifiedOnce(t *testing.T) {
 			if i == asks {
 				off = bookFlipSig(t, offer) // the last ask carries a forged copy
 			}
-			msgs = append(msgs, mustMarshal(t, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}, Offer: off}))
+			msgs = append(msgs, mustMarshal(t, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}, Offer: off, MakerStamp: stamp}))
 			ids = append(ids, ev.Order.ID)
 		}
 		for pass := range 2 {

@@ -86,17 +86,18 @@ type elem struct {
 	fill      *proto.Fill
 	offer     []byte // an ask's offer, sent once per provider a message
 	provider  string
+	stamp     []byte // its maker's stamp, or a party's (carry.go)
 }
 
 // message is el's message, without an offer.
 func (el elem) message() *proto.BookMessage {
 	switch {
 	case el.fill != nil:
-		return &proto.BookMessage{Body: &proto.BookMessage_Fill{Fill: el.fill}}
+		return &proto.BookMessage{Body: &proto.BookMessage_Fill{Fill: el.fill}, MakerStamp: el.stamp}
 	case el.cancel != nil:
-		return &proto.BookMessage{Body: &proto.BookMessage_Cancel{Cancel: el.cancel}, CancelledOrder: el.cancelled}
+		return &proto.BookMessage{Body: &proto.BookMessage_Cancel{Cancel: el.cancel}, CancelledOrder: el.cancelled, MakerStamp: el.stamp}
 	}
-	return &proto.BookMessage{Body: &proto.BookMessage_Order{Order: el.order}}
+	return &proto.BookMessage{Body: &proto.BookMessage_Order{Order: el.order}, MakerStamp: el.stamp}
 }
 
 // elemSet is a snapshot of a market's elements, sorted by ID.
@@ -120,8 +121,9 @@ func hashElem(kind byte, b []byte) elemID {
 	return id
 }
 
-// elements snapshots the elements of mkt that have not expired by now:
-// for each, what a peer that lacks it is sent. Fills come first, then
+// elements snapshots the elements of mkt that have not expired by now and
+// that anti-entropy carries (carry.go: those of stamped makers): for
+// each, what a peer that lacks it is sent, its stamp beside it. Fills come first, then
 // cancels, then orders, which is the order a sync answer lists them in;
 // with byTime the fills and the orders are each oldest first (a sync
 // answer), else in no order (a reconciliation sorts them by ID).
@@ -144,14 +146,14 @@ func (b *Books) elements(mkt string, byTime bool) *elemSet {
 	if t, ok := b.tombs[mkt]; ok {
 		fills, cancels = make([]raw, 0, len(t.fills)), make([]raw, 0, len(t.cancels))
 		for _, f := range t.fills {
-			if f.expires.After(now) {
-				fills = append(fills, raw{kindFill, f.raw, elem{fill: f.msg}, f.at})
+			if st, ok := b.carryFillLocked(f.parties); ok && f.expires.After(now) {
+				fills = append(fills, raw{kindFill, f.raw, elem{fill: f.msg, stamp: st}, f.at})
 			}
 		}
-		for _, c := range t.cancels {
-			if c.env != nil && c.expires.After(now) {
+		for k, c := range t.cancels {
+			if st, ok := b.carryLocked(k.maker); ok && c.env != nil && c.expires.After(now) {
 				cancels = append(cancels, raw{kind: kindCancel, key: c.env,
-					e: elem{cancel: c.env, cancelled: c.order}})
+					e: elem{cancel: c.env, cancelled: c.order, stamp: st}})
 			}
 		}
 	}
@@ -165,7 +167,11 @@ func (b *Books) elements(mkt string, byTime bool) *elemSet {
 			if !ok || !o.Expires.After(now) {
 				continue
 			}
-			e := elem{order: env}
+			st, carried := b.carryLocked(o.Maker)
+			if !carried {
+				continue
+			}
+			e := elem{order: env, stamp: st}
 			if o.Side == market.Ask {
 				e.provider, e.offer = o.Maker, s.offers[id]
 				if e.offer == nil {
@@ -245,7 +251,8 @@ func (el elem) with(sent map[string]bool) *proto.BookMessage {
 		return m
 	}
 	sent[el.provider] = true
-	return &proto.BookMessage{Body: m.Body, Offer: el.offer}
+	m.Offer = el.offer
+	return m
 }
 
 // sorted returns the IDs sorted (elements keeps them in sending order).

@@ -176,6 +176,7 @@ func bookOf(tb testing.TB, n, size int) (*Books, *clock) {
 		ev := orderEvent(o)
 		ev.Envelope = append(bytes.Repeat([]byte{0xa5}, size-len(o.ID)), o.ID...)
 		b.Apply(mkt, ev)
+		knowStamps(b, o.Maker)
 	}
 	return b, clk
 }
@@ -224,6 +225,7 @@ func TestElementIDs(t *testing.T) {
 	}
 	o := ask("new", "maker-new", 1, 2_500_000)
 	b.Apply(mkt, orderEvent(o))
+	knowStamps(b, o.Maker)
 	check("after a cancel and a new order", 50) // 49 orders, the new one, and no cancel: it has no sealed form here
 }
 

@@ -37,7 +37,8 @@ type cancelTomb struct {
 
 type fillTomb struct {
 	msg     *proto.Fill
-	raw     []byte // msg, marshalled deterministically
+	parties [2]string // buyer, provider
+	raw     []byte    // msg, marshalled deterministically
 	at      time.Time
 	expires time.Time
 }
@@ -101,7 +102,7 @@ func (t *tombs) addFill(f market.Fill, msg *proto.Fill) bool {
 	if err != nil {
 		return true
 	}
-	t.fills[f.ID] = &fillTomb{msg: msg, raw: raw, at: f.Time, expires: f.Time.Add(market.MaxOrderTTL + market.MaxClockSkew)}
+	t.fills[f.ID] = &fillTomb{msg: msg, parties: [2]string{f.Buyer, f.Provider}, raw: raw, at: f.Time, expires: f.Time.Add(market.MaxOrderTTL + market.MaxClockSkew)}
 	return true
 }
 
