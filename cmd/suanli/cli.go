@@ -308,7 +308,7 @@ func cmdDaemon(e *env, args []string) error {
 	var sf slurmFlags
 	sf.register(fs)
 	creditLimit := fs.String("credit-limit", "", "most a buyer may owe unpaid, a `decimal` in the price currency, or none (default from config: "+node.DefaultCreditLimit+")")
-	stampBits := fs.Int("stamp-bits", p2p.DefaultStampBits, "work of the maker stamp this node grinds (once, kept in the repo) and asks of new makers, in leading zero `bits`")
+	stampBits := fs.Int("stamp-bits", p2p.DefaultStampBits, "work of the maker stamp this node grinds (once, kept in the repo) and asks of other makers, in leading zero `bits`; the network's setting: sync and reconciliation carry no weaker stamp's orders")
 	logCap := fs.Int64("log-cap", node.DefaultLogCap>>20, "keep at most `MiB` of each lease's workload output (the newest)")
 	creditNew := fs.String("credit-new", "", "credit of a buyer with no paid history, a `decimal` in the price currency, growing with its payments up to --credit-limit (default from config: "+node.DefaultCreditNew+")")
 	if err := parse(e, fs, args, 0); err != nil {

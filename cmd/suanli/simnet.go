@@ -31,7 +31,7 @@ func cmdSimnet(e *env, args []string) error {
 	fs.BoolVar(&cfg.Faults, "faults", false, "after the measures: partition east from west and heal, then churn")
 	attack := fs.Bool("attack", false, "after the measures: hostile peers flood the market (valid bids from fresh keys, broken signatures, replays); measure again")
 	fs.Float64Var(&cfg.Attack, "hostile", 0.1, "with --attack: hostile peers as a `share` of the nodes")
-	fs.Float64Var(&cfg.AttackCores, "attack-cores", 0, "with --attack: `cores` of their own the hostile peers grind maker stamps on, each charged a real stamp's work (default: one per hostile host)")
+	fs.Float64Var(&cfg.AttackCores, "attack-cores", 0, "with --attack: `cores` of their own the hostile peers grind maker stamps on, each charged a real stamp's work (default: what as many honest nodes get here, this machine's cores over --nodes each)")
 	timeout := fs.Duration("timeout", 30*time.Minute, "fail if the run takes longer than `duration`")
 	memprofile := fs.String("memprofile", "", "write a heap profile to `file` after the core measures (for development)")
 	logLevel := fs.String("log-level", "info", "progress log level on stderr: debug, info, warn or error")

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	mrand "math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -49,6 +50,16 @@ const (
 	// (Config.AttackCores), so the shared CPU does not pay for it.
 	stampCost = 1500 * time.Millisecond
 )
+
+// fairCores is the cores hostile hosts get by default: what as many
+// honest nodes have here, this machine's cores shared by all the
+// simulated nodes. The replicas share them too, so an attacker given a
+// core per host would outspend each replica a hundredfold at 300 nodes
+// on 2 cores, a contest no real network of peers with a machine each
+// faces (--attack-cores sets any other budget).
+func fairCores(hostile, nodes int) float64 {
+	return float64(hostile) * float64(runtime.GOMAXPROCS(0)) / float64(max(nodes, 1))
+}
 
 // stampBudget hands out the stamped identities the hostile peers can pay
 // for: Config.AttackCores/stampCost a second, all hosts together.
@@ -134,8 +145,9 @@ func (s *sim) startAttack(ctx context.Context, net *network, share float64) (int
 	}
 	cores := s.cfg.AttackCores
 	if cores <= 0 {
-		cores = float64(n)
+		cores = fairCores(n, s.cfg.Nodes)
 	}
+	s.attackCores = cores
 	s.stamps = newStampBudget(cores)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -301,7 +313,7 @@ func (s *sim) attack(ctx context.Context, net *network, rep *Report) error {
 		return err
 	}
 	defer func() { stop(); wait() }()
-	rep.HostileIDs = ids
+	rep.HostileIDs, rep.AttackCores = ids, s.attackCores
 	s.log.Info("attack: flooding", "identities", ids, "per second", ids/attackKeys*attackRate)
 	// Let the flood reach its steady state before measuring.
 	time.Sleep(5 * time.Second)

@@ -76,7 +76,9 @@ func (s *sim) lateDiscover(ctx context.Context, net *network, quiet *slog.Logger
 	}
 	nd, err := node.New(node.WithRepo(filepath.Join(dir, "repo")), node.WithAutoInit(),
 		node.WithHost(h), node.WithAPI(""), node.WithLogger(quiet), node.WithoutGPU(),
-		node.WithRegion(RegionName(i%s.cfg.Regions)), node.WithBootstrap(boot...))
+		node.WithRegion(RegionName(i%s.cfg.Regions)), node.WithBootstrap(boot...),
+		node.WithStampBits(StampBits)) // the network's: a replica takes no weaker stamp
+
 	if err != nil {
 		return 0, fmt.Errorf("late node: %w", err)
 	}

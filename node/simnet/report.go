@@ -120,6 +120,7 @@ type Report struct {
 	// replicas refused while they flooded, all replicas together, by
 	// reason.
 	AttackStamped  int              `json:"attack_stamped,omitempty"`
+	AttackCores    float64          `json:"attack_cores,omitempty"`
 	AttackRefusals map[string]int64 `json:"attack_refusals,omitempty"`
 	StartSeconds   float64          `json:"start_seconds"`
 	Seconds        float64          `json:"seconds"`
@@ -212,7 +213,7 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "attack measures stopped early: %s\n", r.AttackError)
 	}
 	if len(r.AttackRefusals) > 0 {
-		fmt.Fprintf(w, "attack: %d stamped hostile identities paid for; book messages refused while they flooded (all replicas), by reason:", r.AttackStamped)
+		fmt.Fprintf(w, "attack: %d stamped hostile identities paid for (%.2f cores); book messages refused while they flooded (all replicas), by reason:", r.AttackStamped, r.AttackCores)
 		for _, k := range slices.Sorted(maps.Keys(r.AttackRefusals)) {
 			fmt.Fprintf(w, " %s %d", k, r.AttackRefusals[k])
 		}

@@ -71,7 +71,8 @@ type Config struct {
 	// AttackCores is how many cores of their own the hostile peers grind
 	// maker stamps on, each charged the real work (p2p.DefaultStampBits,
 	// stampCost): they get AttackCores/stampCost stamped identities a
-	// second. Default: one per hostile host.
+	// second. Default: what as many honest nodes have here, this
+	// machine's cores divided by Nodes for each hostile host.
 	AttackCores float64
 	// ConnHigh is each simulated host's connection manager's high
 	// watermark (it trims back to a third of it). Default DefaultConnHigh,
@@ -177,15 +178,16 @@ func RegionName(r int) string {
 
 // sim is one running simulation: the mocknet and its peers' regions.
 type sim struct {
-	cfg    Config
-	market string // the market of cfg.Model's GPUs
-	log    *slog.Logger
-	mn     mocknet.Mocknet
-	region map[peer.ID]int
-	live   map[peer.ID]bool // hosts added and not removed
-	all    []*cmHost        // every host added, for close
-	mu     sync.Mutex
-	stamps *stampBudget // the hostile peers' stamps (attack.go)
+	cfg         Config
+	market      string // the market of cfg.Model's GPUs
+	log         *slog.Logger
+	mn          mocknet.Mocknet
+	region      map[peer.ID]int
+	live        map[peer.ID]bool // hosts added and not removed
+	all         []*cmHost        // every host added, for close
+	mu          sync.Mutex
+	stamps      *stampBudget // the hostile peers' stamps (attack.go)
+	attackCores float64      // what the stamps were charged to (attack.go)
 }
 
 func newSim(cfg Config) *sim {

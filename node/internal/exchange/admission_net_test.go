@@ -2,7 +2,6 @@ package exchange
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"testing"
 	"time"
@@ -21,14 +20,7 @@ func sybilBids(t *testing.T, n int) (data [][]byte, keys []crypto.PrivKey, ids [
 	t.Helper()
 	now := time.Now()
 	for i := range n {
-		k, _, err := crypto.GenerateEd25519Key(rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pid, err := peer.IDFromPrivateKey(k)
-		if err != nil {
-			t.Fatal(err)
-		}
+		k, pid := newKey(t)
 		o := &proto.Order{
 			Maker: []byte(pid), Side: proto.Side_SIDE_BID, Market: mkt, Currency: "USD", Quantity: 1, PriceMicros: 1000 + int64(i),
 			LeaseType: proto.LeaseType_LEASE_TYPE_ON_DEMAND, DurationS: 3600,

@@ -34,7 +34,11 @@ import (
 // spread by gossip alone, held to admission's budgets at every hop.
 //
 // A replica learns a maker's stamp from any message that carries one (one
-// SHA-256 to check it) and keeps up to maxKnownMakers of them. An honest
+// SHA-256 to check it) and keeps up to maxKnownMakers of them. The work a
+// stamp must prove (AdmissionConfig.StampBits) is the network's: a node
+// that asks more than its peers' stamps prove takes their elements by
+// gossip only, and one whose own stamp proves less than they ask is
+// carried by none of them. An honest
 // node's messages carry its stamp, except while it grinds the stamp
 // (seconds, once per identity): what it publishes meanwhile reaches the
 // replicas that gossip reaches, and its own reconciliations offer it with
