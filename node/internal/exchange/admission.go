@@ -19,7 +19,15 @@ import (
 // replica therefore admits orders only from makers it knows; a maker it
 // does not know yet is admitted at a bounded rate, and an order whose
 // maker was not admitted is ignored: not applied, not relayed (it stops
-// at the first hop that refuses it), counted as "new-maker-limited".
+// at the first hop that refuses it), counted as "new-maker-limited". An
+// order of an unstamped maker admitted that way is kept but not relayed
+// either ("new-maker-not-relayed"): a free key's order reaches the
+// replicas it is sent to (and, once one of them knows the key, their
+// neighbours) and no further, so the network verifies it a handful of
+// times, not once per replica (sync and reconciliation do not carry it
+// either: carry.go). At 300 simulated nodes under --attack this took an
+// honest order's spread from 7–22 s back to a few hundred milliseconds
+// (BENCHMARKS.md, stop 32).
 //
 // Known makers (admitted without a token): this node; a party to a fill
 // the replica applied; a maker with an order resting in a replica; a
@@ -225,35 +233,37 @@ func (b *Books) knownLocked(maker string, from peer.ID) bool {
 
 // admitLocked decides whether an order of maker, relayed by from (empty
 // for sync and reconciliation answers) with stamp beside it, may be
-// checked further. It returns the refusal reason, or "" when admitted.
-// Callers hold b.mu.
-func (b *Books) admitLocked(maker string, from peer.ID, stamp []byte) string {
+// checked further. It returns the refusal reason, or "" when admitted;
+// local says it was admitted in the lane of unstamped new makers, whose
+// orders a replica keeps but does not relay. Callers hold b.mu.
+func (b *Books) admitLocked(maker string, from peer.ID, stamp []byte) (why string, local bool) {
 	a := b.adm
 	if b.knownLocked(maker, from) {
 		if !a.cfg.Off {
 			a.remember(maker, false)
 		}
-		return ""
+		return "", false
 	}
 	if from == "" {
 		if !a.sync.Allow() {
-			return "new-maker-limited"
+			return "new-maker-limited", false
 		}
 		a.remember(maker, false)
-		return ""
+		return "", false
 	}
-	all, peers, r, burst, why, whyPeer := a.lane(b.stamped(makerID(maker), stamp))
+	stamped := b.stamped(makerID(maker), stamp)
+	all, peers, r, burst, why, whyPeer := a.lane(stamped)
 	if all.Tokens() < 1 {
-		return why
+		return why, false
 	}
 	if !p2p.AllowIn(peers, from, r, burst) {
-		return whyPeer
+		return whyPeer, false
 	}
 	if !all.Allow() {
-		return why
+		return why, false
 	}
 	a.remember(maker, false)
-	return ""
+	return "", !stamped
 }
 
 // stamped reports whether stamp proves the admission's work for maker.
@@ -359,9 +369,9 @@ func (b *Books) capLocked(maker string) int {
 // admitFillLocked is admitLocked for a fill relayed by from with stamp
 // beside it: admitted when either party is known, else as a new maker
 // (the party the stamp proves work for, or the buyer). Callers hold b.mu.
-func (b *Books) admitFillLocked(f *market.Fill, from peer.ID, stamp []byte) string {
+func (b *Books) admitFillLocked(f *market.Fill, from peer.ID, stamp []byte) (why string, local bool) {
 	if b.knownLocked(f.Buyer, from) || b.knownLocked(f.Provider, from) {
-		return ""
+		return "", false
 	}
 	party := f.Buyer
 	if b.stamped(makerID(f.Provider), stamp) {

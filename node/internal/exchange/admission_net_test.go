@@ -89,10 +89,11 @@ func hostileFlood(t *testing.T, a *netPeer, n int) (held func(*netPeer) int) {
 }
 
 // TestSybilFloodStopsAtFirstHop: a hostile host H, linked to replica A
-// only, gossips 40 valid bids each signed by a fresh key (a Sybil); A
-// relays to B. A admits no more of H's new makers than the relaying
-// peer's budget (the rest ignored, counted new-maker-peer-limited, never
-// relayed), so B holds at most that many. An honest new maker N, linked
+// only, gossips 40 valid bids each signed by a fresh key (a Sybil). A
+// admits no more of H's new makers than the relaying peer's budget (the
+// rest ignored, counted new-maker-peer-limited) and keeps what it admits
+// without relaying it (new-maker-not-relayed: unstamped), so B holds
+// none of the flood. An honest new maker N, linked
 // to A only, still gets its bid into B after the flood spent the budgets:
 // A admits it as its neighbour's own order, and B, whose gossip budget
 // for A is spent, gets it by reconciliation. Negative control: with
@@ -124,26 +125,29 @@ func TestSybilFloodStopsAtFirstHop(t *testing.T) {
 			if got := held(a); got != peerBurst {
 				t.Errorf("A holds %d of the flood, want %d", got, peerBurst)
 			}
-			if got := held(b); got > peerBurst {
-				t.Errorf("B holds %d of the flood, want at most %d", got, peerBurst)
+			if got := held(b); got != 0 {
+				t.Errorf("B holds %d of the flood, want none", got)
+			}
+			if got := count(a.rejects, "book", "new-maker-not-relayed"); got != peerBurst {
+				t.Errorf("A counted new-maker-not-relayed %v, want %d", got, peerBurst)
 			}
 		})
 	}
 }
 
-// TestStampedNewcomerDuringFlood: a hostile host H, linked to replica A
-// only, floods 40 valid bids each from a fresh key; A admits 3 of them
-// (its budget for H) and relays them to B, which spends its budget for A
-// on them. An honest newcomer N, linked to A only, then publishes a bid:
-// with its stamp beside it, B admits it by gossip in the stamped lane the
-// flood could not touch. Control: the same newcomer without a stamp is
-// refused by B's gossip (new-maker-peer-limited) and B does not hold it
-// (no reconciliation runs in this test).
+// TestStampedNewcomerDuringFlood: a hostile host H, linked to replica B
+// only, floods 40 valid bids each from a fresh key; B admits 3 of them
+// (its budget for H, and all its budget for unstamped new makers). An
+// honest newcomer N, linked to A only, then publishes a bid, which A
+// relays to B: with its stamp beside it, B admits it by gossip in the
+// stamped lane the flood could not touch. Control: the same newcomer
+// without a stamp is refused by B's gossip (new-maker-limited) and B does
+// not hold it (no reconciliation runs in this test).
 func TestStampedNewcomerDuringFlood(t *testing.T) {
 	const flood, peerBurst = 40, 3
 	for _, withStamp := range []bool{true, false} {
 		t.Run(fmt.Sprintf("stamped=%v", withStamp), func(t *testing.T) {
-			adm := AdmissionConfig{Rate: slow, Burst: 10, PeerRate: slow, PeerBurst: peerBurst,
+			adm := AdmissionConfig{Rate: slow, Burst: peerBurst, PeerRate: slow, PeerBurst: peerBurst,
 				StampedRate: slow, StampedBurst: 10, StampedPeerRate: slow, StampedPeerBurst: peerBurst, StampBits: testStampBits}
 			a := newNetPeer(t, peerOpts{admission: adm})
 			b := newNetPeer(t, peerOpts{admission: adm})
@@ -174,21 +178,22 @@ func TestStampedNewcomerDuringFlood(t *testing.T) {
 				return false
 			})
 
-			held := hostileFlood(t, a, flood)
-			// B's budget for A is spent on the flood A relayed.
-			waitUntil(t, "B to hold what A admitted of the flood", func() bool { return held(b) == peerBurst })
+			held := hostileFlood(t, b, flood)
+			// B's budget for unstamped new makers is spent on the flood.
+			waitUntil(t, "B to hold what it admitted of the flood", func() bool { return held(b) == peerBurst })
+			refused := count(b.rejects, "book", "new-maker-peer-limited") + count(b.rejects, "book", "new-maker-limited")
 
 			env, ev := n.sealOrder(t, proto.Side_SIDE_BID, 1, 2_000, 77)
 			n.publish(t, env, ev, nil)
 			if withStamp {
 				waitUntil(t, "B to hold the stamped newcomer's bid", func() bool { return b.books.Holds(mkt, "USD", ev.Order.ID) })
-				if got := count(b.rejects, "book", "new-maker-peer-limited") + count(b.rejects, "book", "new-maker-limited"); got != 0 {
-					t.Errorf("B refused %v new makers, want none", got)
+				if got := count(b.rejects, "book", "new-maker-peer-limited") + count(b.rejects, "book", "new-maker-limited"); got != refused {
+					t.Errorf("B refused %v new makers, want the flood's %v only", got, refused)
 				}
 				return
 			}
 			waitUntil(t, "B to refuse the unstamped newcomer's bid", func() bool {
-				return count(b.rejects, "book", "new-maker-peer-limited") == 1
+				return count(b.rejects, "book", "new-maker-peer-limited")+count(b.rejects, "book", "new-maker-limited") == refused+1
 			})
 			if b.books.Holds(mkt, "USD", ev.Order.ID) {
 				t.Error("B holds the unstamped newcomer's bid it refused")

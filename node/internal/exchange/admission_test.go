@@ -92,6 +92,24 @@ func TestNewMakerAdmission(t *testing.T) {
 	if got := flood(off, "relay-1", "a", 50); got != 50 {
 		t.Fatalf("admission off: %d of 50 fresh makers admitted, want all", got)
 	}
+
+	// What the lane of unstamped new makers admits is kept, not relayed;
+	// a stamped new maker's order and a known maker's are relayed.
+	c := New(Config{Now: (&clock{t: t0}).now, Admission: AdmissionConfig{StampBits: testStampBits}})
+	c.Apply(mkt, bid("resting", "known-maker"))
+	stampedBid := bid("stamped", "stamped-maker")
+	stampedBid.MakerStamp = stampOf(t, "stamped-maker")
+	for _, tc := range []struct {
+		ev    *p2p.BookEvent
+		local bool
+	}{{bid("free", "free-maker"), true}, {stampedBid, false}, {bid("more", "known-maker"), false}} {
+		if res, local := c.checkRelay(ctx, "relay", tc.ev); res != pubsub.ValidationAccept || local != tc.local {
+			t.Errorf("%s's order: %v, kept local %v; want Accept, %v", tc.ev.Order.Maker, res, local, tc.local)
+		}
+	}
+	if res, local := off.checkRelay(ctx, "relay", bid("free-off", "free-maker-2")); res != pubsub.ValidationAccept || local {
+		t.Errorf("admission off: a fresh maker's order %v, kept local %v; want relayed", res, local)
+	}
 }
 
 // TestNewMakerCap: a maker not yet established rests MaxOrdersNewMaker

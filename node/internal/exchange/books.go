@@ -654,6 +654,15 @@ func (b *Books) check(ctx context.Context, ev *p2p.BookEvent) pubsub.ValidationR
 // checkFrom is the stateful part of validation, shared by gossip (from:
 // the peer that relayed the message) and sync (from empty).
 func (b *Books) checkFrom(ctx context.Context, from peer.ID, ev *p2p.BookEvent) pubsub.ValidationResult {
+	res, _ := b.checkRelay(ctx, from, ev)
+	return res
+}
+
+// checkRelay is checkFrom, also reporting whether an accepted message
+// stays here (local): its maker, or a fill's parties, were admitted in
+// the lane of unstamped new makers, whose messages go no further than
+// the first replica that admits them (admission.go).
+func (b *Books) checkRelay(ctx context.Context, from peer.ID, ev *p2p.BookEvent) (res pubsub.ValidationResult, local bool) {
 	switch ev.Kind {
 	case p2p.KindOrder:
 		o := ev.Order
@@ -662,11 +671,12 @@ func (b *Books) checkFrom(ctx context.Context, from peer.ID, ev *p2p.BookEvent) 
 		// (admission.go), so a flood of fresh keys is ignored here and
 		// goes no further.
 		b.mu.Lock()
-		why := b.admitLocked(o.Maker, from, ev.MakerStamp)
+		var why string
+		why, local = b.admitLocked(o.Maker, from, ev.MakerStamp)
 		b.mu.Unlock()
 		if why != "" {
 			b.reject("book", why)
-			return pubsub.ValidationIgnore
+			return pubsub.ValidationIgnore, false
 		}
 		if ev.Offer != nil && b.cfg.Offers != nil {
 			// Signed by its provider and valid (p2p.DecodeBook): worth
@@ -675,20 +685,20 @@ func (b *Books) checkFrom(ctx context.Context, from peer.ID, ev *p2p.BookEvent) 
 		}
 		if !b.allowMaker(o.Maker) {
 			b.reject("book", "rate-limited")
-			return pubsub.ValidationIgnore
+			return pubsub.ValidationIgnore, false
 		}
 		if _, _, held := b.Lookup(o.Market, o.Currency, o.ID); held {
-			return pubsub.ValidationIgnore
+			return pubsub.ValidationIgnore, false
 		}
 		if b.makerFull(o) {
 			// Not relayed either: a flood of valid orders from one key
 			// stops at the first hop once its maker is at the cap.
 			b.reject("book", "maker-full")
-			return pubsub.ValidationIgnore
+			return pubsub.ValidationIgnore, false
 		}
 		if o.Side == market.Ask && !b.pullOffer(ctx, ev, from) {
 			b.reject("book", "bad-offer") // the offer its author's digest names
-			return pubsub.ValidationReject
+			return pubsub.ValidationReject, false
 		}
 		if o.Side == market.Ask && b.cfg.Hooks.CheckAsk != nil {
 			if err := b.cfg.Hooks.CheckAsk(ctx, o, ev.OrderProto); err != nil {
@@ -697,32 +707,33 @@ func (b *Books) checkFrom(ctx context.Context, from peer.ID, ev *p2p.BookEvent) 
 					// Retried in the background, never refused for good.
 					b.reject("book", "offer-unknown")
 					b.deferAsk(ev, from)
-					return pubsub.ValidationIgnore
+					return pubsub.ValidationIgnore, false
 				}
 				b.reject("book", "offer-mismatch")
 				b.cfg.Log.Debug("ask refused", "order", o.ID, "err", err)
-				return pubsub.ValidationReject
+				return pubsub.ValidationReject, false
 			}
 		}
 	case p2p.KindCancel:
 		maker, _ := peer.IDFromBytes(ev.Cancel.Maker)
 		if !b.allow(maker.String()) {
 			b.reject("book", "rate-limited")
-			return pubsub.ValidationIgnore
+			return pubsub.ValidationIgnore, false
 		}
 	case p2p.KindFill:
 		// Two fresh keys can sign a fill between themselves as cheaply
 		// as an order: the same admission holds for its parties.
 		b.mu.Lock()
-		why := b.admitFillLocked(ev.Fill, from, ev.MakerStamp)
+		var why string
+		why, local = b.admitFillLocked(ev.Fill, from, ev.MakerStamp)
 		b.mu.Unlock()
 		if why != "" {
 			b.reject("fill", why)
-			return pubsub.ValidationIgnore
+			return pubsub.ValidationIgnore, false
 		}
 	}
 	b.noteEventStamp(ev)
-	return pubsub.ValidationAccept
+	return pubsub.ValidationAccept, local
 }
 
 // makerFull reports whether o's maker already rests as many orders as

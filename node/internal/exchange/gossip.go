@@ -114,7 +114,18 @@ func (b *Books) validator(mkt string) pubsub.ValidatorEx {
 			b.cfg.Log.Debug("book message from another author", "market", mkt, "author", author, "kind", ev.Kind)
 			return pubsub.ValidationReject
 		}
-		res := b.checkFrom(ctx, from, ev)
+		res, local := b.checkRelay(ctx, from, ev)
+		if res == pubsub.ValidationAccept && local {
+			// An unstamped new maker's: kept here, not relayed, so a
+			// free key costs the network its first hops only.
+			b.Apply(mkt, ev)
+			kind := "book"
+			if ev.Kind == p2p.KindFill {
+				kind = "fill"
+			}
+			b.reject(kind, "new-maker-not-relayed")
+			return pubsub.ValidationIgnore
+		}
 		if res == pubsub.ValidationAccept {
 			msg.ValidatorData = ev
 			p2p.ShareGossipData(msg) // an ask's offer: one copy per process
