@@ -62,9 +62,11 @@ func (n *Node) Trades(ctx context.Context, mkt string) (_ []api.TradeView, err e
 func (n *Node) HoldsOrder(mkt, cur, id string) bool { return n.books.Holds(mkt, cur, id) }
 
 // BookDigest summarizes this node's replica of a market: the open orders
-// with what remains of each, and the IDs of the recent fills, hashed. Two
-// replicas that converged have the same digest; orders and fills count
-// what went into it.
+// with what remains of each, and the IDs of the recent fills, hashed, of
+// the makers with a maker stamp (what replicas reconcile; an unstamped
+// new maker's orders stay where gossip brought them). Two replicas that
+// converged have the same digest; orders and fills count what went into
+// it.
 func (n *Node) BookDigest(mkt, cur string) (digest string, orders, fills int) {
 	return n.books.Digest(mkt, cur)
 }

@@ -25,9 +25,9 @@ import (
 // replicas it is sent to (and, once one of them knows the key, their
 // neighbours) and no further, so the network verifies it a handful of
 // times, not once per replica (sync and reconciliation do not carry it
-// either: carry.go). At 300 simulated nodes under --attack this took an
-// honest order's spread from 7–22 s back to a few hundred milliseconds
-// (BENCHMARKS.md, stop 32).
+// either: carry.go). At 300 simulated nodes under --attack, once the
+// flood's first seconds had passed, an honest order reached every replica
+// in 0.2–1 s instead of 7–22 s (BENCHMARKS.md, stop 32).
 //
 // Known makers (admitted without a token): this node; a party to a fill
 // the replica applied; a maker with an order resting in a replica; a

@@ -50,6 +50,9 @@ func TestRestSyncSweep(t *testing.T) {
 	short := ask("a2", "maker-b", 1, 2_100_000)
 	short.Expires = t0.Add(time.Minute)
 	b.Apply(mkt, orderEvent(short))
+	if _, orders, _ := b.Digest(mkt, "USD"); orders != 0 {
+		t.Fatalf("digest counts %d orders of unstamped makers, want none", orders)
+	}
 	knowStamps(b, "maker-a", "maker-b")
 
 	if !b.Holds(mkt, "USD", "a1") || !b.Holds(mkt, "USD", "a2") {
@@ -129,8 +132,12 @@ func TestApplyFillOnce(t *testing.T) {
 			t.Errorf("recent fills: %+v", s.Fills())
 		}
 	})
-	if _, _, fills := b.Digest(mkt, "USD"); fills != 1 {
-		t.Fatalf("digest counts %d fills", fills)
+	if _, _, fills := b.Digest(mkt, "USD"); fills != 0 {
+		t.Fatalf("digest counts %d fills of unstamped parties, want none", fills)
+	}
+	knowStamps(b, "maker-a")
+	if _, orders, fills := b.Digest(mkt, "USD"); fills != 1 || orders != 1 {
+		t.Fatalf("digest counts %d orders, %d fills of a stamped party; want 1, 1", orders, fills)
 	}
 }
 

@@ -49,12 +49,12 @@ func sortedIDs(p *netPeer) []elemID { return p.books.elements(mkt, false).sorted
 // TestFreeKeysNotCarried: a replica that admitted, by gossip, the orders
 // and a cancel of a free key (no stamp) and of a stamped key hands on by
 // reconciliation the stamped key's only, each with its stamp; afterwards
-// the two replicas' snapshots agree (reconciliation is settled) although
-// only one holds the free key's. A reconciliation answer's element
-// without a stamp, or with one of too little work, is refused before it
-// is verified (counted as unstamped); with the stamp it is taken
-// (negative control). With admission off the free key's orders travel
-// too (negative control).
+// the two replicas' snapshots and digests agree (reconciliation is
+// settled) although only one holds the free key's. A reconciliation
+// answer's element without a stamp, or with one of too little work, is
+// refused before it is verified (counted as unstamped); with the stamp it
+// is taken (negative control). With admission off the free key's orders
+// travel too (negative control).
 func TestFreeKeysNotCarried(t *testing.T) {
 	ctx := context.Background()
 	freeKey, _ := newKey(t)
@@ -107,8 +107,8 @@ func TestFreeKeysNotCarried(t *testing.T) {
 		if !keptCancel || (freeCancels > 0) != off {
 			t.Fatalf("off=%v: the peer holds the stamped maker's cancel: %v, the free key's: %d", off, keptCancel, freeCancels)
 		}
-		if !slices.Equal(sortedIDs(a), sortedIDs(b)) {
-			t.Fatalf("off=%v: the snapshots differ after a reconciliation", off)
+		if !slices.Equal(sortedIDs(a), sortedIDs(b)) || digest(a) != digest(b) {
+			t.Fatalf("off=%v: the snapshots or the digests differ after a reconciliation", off)
 		}
 		if st, err := b.books.ReconcileWith(ctx, mkt, a.h.ID()); err != nil || st.Sent+st.Received != 0 || st.Rounds != 1 {
 			t.Fatalf("off=%v: a second reconciliation: %+v, %v; want one round, nothing carried", off, st, err)
