@@ -20,14 +20,16 @@ import (
 // does not know yet is admitted at a bounded rate, and an order whose
 // maker was not admitted is ignored: not applied, not relayed (it stops
 // at the first hop that refuses it), counted as "new-maker-limited". An
-// order of an unstamped maker admitted that way is kept but not relayed
-// either ("new-maker-not-relayed"): a free key's order reaches the
-// replicas it is sent to (and, once one of them knows the key, their
-// neighbours) and no further, so the network verifies it a handful of
-// times, not once per replica (sync and reconciliation do not carry it
-// either: carry.go). At 300 simulated nodes under --attack, once the
-// flood's first seconds had passed, an honest order reached every replica
-// in 0.2–1 s instead of 7–22 s (BENCHMARKS.md, stop 32).
+// order of a maker with neither a stamp nor a fill is kept but not
+// relayed either ("new-maker-not-relayed"), however it was admitted (a
+// neighbour's own order included): a free key's order reaches the
+// replicas it is sent to and no further, so the network verifies it a
+// handful of times, not once per replica (sync and reconciliation do not
+// carry it either: carry.go). An honest node's orders carry its stamp,
+// except while it grinds it (seconds, once per identity): those reach its
+// neighbours only. At 300 simulated nodes under --attack an honest order
+// then reached every replica in 0.13–0.19 s, as without the attack,
+// instead of 7–22 s (BENCHMARKS.md, stop 32).
 //
 // Known makers (admitted without a token): this node; a party to a fill
 // the replica applied; a maker with an order resting in a replica; a
@@ -51,13 +53,13 @@ import (
 //
 // Honest new makers still get in: a new maker's own node is a neighbour
 // of its first hops (admitted there without a token) and is in most
-// replicas' peerstores; where it is not and the bucket is empty, the
-// order is refused only by gossip, and the periodic reconciliation
-// (DefaultReconcileInterval) brings it: a delay of
-// about one reconciliation round per hop that refused it. Replicas
-// converge as without admission: reconciliation carries every order a
-// replica holds (a new maker's up to MaxOrdersNewMaker), so gossip's
-// admission decides how fast a new maker's order spreads, not whether.
+// replicas' peerstores, and its order travels with its stamp; where a
+// replica's bucket is empty, the order is refused only by gossip, and the
+// periodic reconciliation (DefaultReconcileInterval), which carries every
+// stamped maker's orders (a new maker's up to MaxOrdersNewMaker), brings
+// it: a delay of about one reconciliation round per hop that refused it.
+// So for a stamped maker gossip's admission decides how fast its order
+// spreads, not whether.
 //
 // Stamped new makers have a lane of their own. A new maker whose order
 // travels with its stamp (p2p/stamp.go: StampBits of work bound to its

@@ -93,16 +93,18 @@ func TestNewMakerAdmission(t *testing.T) {
 		t.Fatalf("admission off: %d of 50 fresh makers admitted, want all", got)
 	}
 
-	// What the lane of unstamped new makers admits is kept, not relayed;
-	// a stamped new maker's order and a known maker's are relayed.
+	// An unstamped maker's order is kept, not relayed, whether admitted
+	// in the free lane or known (a resting order); a stamped maker's and
+	// an established one's (a fill party's) are relayed.
 	c := New(Config{Now: (&clock{t: t0}).now, Admission: AdmissionConfig{StampBits: testStampBits}})
 	c.Apply(mkt, bid("resting", "known-maker"))
+	trade(c)
 	stampedBid := bid("stamped", "stamped-maker")
 	stampedBid.MakerStamp = stampOf(t, "stamped-maker")
 	for _, tc := range []struct {
 		ev    *p2p.BookEvent
 		local bool
-	}{{bid("free", "free-maker"), true}, {stampedBid, false}, {bid("more", "known-maker"), false}} {
+	}{{bid("free", "free-maker"), true}, {stampedBid, false}, {bid("more", "known-maker"), true}, {bid("more-b", fillBuyer), false}} {
 		if res, local := c.checkRelay(ctx, "relay", tc.ev); res != pubsub.ValidationAccept || local != tc.local {
 			t.Errorf("%s's order: %v, kept local %v; want Accept, %v", tc.ev.Order.Maker, res, local, tc.local)
 		}

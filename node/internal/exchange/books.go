@@ -659,9 +659,10 @@ func (b *Books) checkFrom(ctx context.Context, from peer.ID, ev *p2p.BookEvent) 
 }
 
 // checkRelay is checkFrom, also reporting whether an accepted message
-// stays here (local): its maker, or a fill's parties, were admitted in
-// the lane of unstamped new makers, whose messages go no further than
-// the first replica that admits them (admission.go).
+// stays here (local): an order of a maker with neither a stamp nor a
+// fill, or a fill whose parties were admitted in the lane of unstamped
+// new makers; such messages go no further than the first replica that
+// admits them (admission.go).
 func (b *Books) checkRelay(ctx context.Context, from peer.ID, ev *p2p.BookEvent) (res pubsub.ValidationResult, local bool) {
 	switch ev.Kind {
 	case p2p.KindOrder:
@@ -733,6 +734,15 @@ func (b *Books) checkRelay(ctx context.Context, from peer.ID, ev *p2p.BookEvent)
 		}
 	}
 	b.noteEventStamp(ev)
+	if ev.Kind == p2p.KindOrder && !local {
+		// A maker admitted without a token (a neighbour's own order, a
+		// peer the host met) but with neither a stamp nor a fill is
+		// kept here too.
+		b.mu.Lock()
+		_, stamped := b.stamps[ev.Order.Maker]
+		local = !stamped && !b.establishedLocked(ev.Order.Maker)
+		b.mu.Unlock()
+	}
 	return pubsub.ValidationAccept, local
 }
 

@@ -116,8 +116,8 @@ func (b *Books) validator(mkt string) pubsub.ValidatorEx {
 		}
 		res, local := b.checkRelay(ctx, from, ev)
 		if res == pubsub.ValidationAccept && local {
-			// An unstamped new maker's: kept here, not relayed, so a
-			// free key costs the network its first hops only.
+			// An unstamped maker's: kept here, not relayed, so a free
+			// key costs the network its first hops only.
 			b.Apply(mkt, ev)
 			kind := "book"
 			if ev.Kind == p2p.KindFill {
