@@ -20,8 +20,9 @@ import (
 // does not know yet is admitted at a bounded rate, and an order whose
 // maker was not admitted is ignored: not applied, not relayed (it stops
 // at the first hop that refuses it), counted as "new-maker-limited". An
-// order of a maker with neither a stamp nor a fill is kept but not
-// relayed either ("new-maker-not-relayed"), however it was admitted (a
+// order of a maker with neither a stamp nor a fill, or a fill neither of
+// whose parties has one, is kept but not relayed either
+// ("new-maker-not-relayed", relayedLocked), however it was admitted (a
 // neighbour's own order included): a free key's order reaches the
 // replicas it is sent to and no further, so the network verifies it a
 // handful of times, not once per replica (sync and reconciliation do not
@@ -235,37 +236,35 @@ func (b *Books) knownLocked(maker string, from peer.ID) bool {
 
 // admitLocked decides whether an order of maker, relayed by from (empty
 // for sync and reconciliation answers) with stamp beside it, may be
-// checked further. It returns the refusal reason, or "" when admitted;
-// local says it was admitted in the lane of unstamped new makers, whose
-// orders a replica keeps but does not relay. Callers hold b.mu.
-func (b *Books) admitLocked(maker string, from peer.ID, stamp []byte) (why string, local bool) {
+// checked further. It returns the refusal reason, or "" when admitted.
+// Callers hold b.mu.
+func (b *Books) admitLocked(maker string, from peer.ID, stamp []byte) string {
 	a := b.adm
 	if b.knownLocked(maker, from) {
 		if !a.cfg.Off {
 			a.remember(maker, false)
 		}
-		return "", false
+		return ""
 	}
 	if from == "" {
 		if !a.sync.Allow() {
-			return "new-maker-limited", false
+			return "new-maker-limited"
 		}
 		a.remember(maker, false)
-		return "", false
+		return ""
 	}
-	stamped := b.stamped(makerID(maker), stamp)
-	all, peers, r, burst, why, whyPeer := a.lane(stamped)
+	all, peers, r, burst, why, whyPeer := a.lane(b.stamped(makerID(maker), stamp))
 	if all.Tokens() < 1 {
-		return why, false
+		return why
 	}
 	if !p2p.AllowIn(peers, from, r, burst) {
-		return whyPeer, false
+		return whyPeer
 	}
 	if !all.Allow() {
-		return why, false
+		return why
 	}
 	a.remember(maker, false)
-	return "", !stamped
+	return ""
 }
 
 // stamped reports whether stamp proves the admission's work for maker.
@@ -371,13 +370,26 @@ func (b *Books) capLocked(maker string) int {
 // admitFillLocked is admitLocked for a fill relayed by from with stamp
 // beside it: admitted when either party is known, else as a new maker
 // (the party the stamp proves work for, or the buyer). Callers hold b.mu.
-func (b *Books) admitFillLocked(f *market.Fill, from peer.ID, stamp []byte) (why string, local bool) {
+func (b *Books) admitFillLocked(f *market.Fill, from peer.ID, stamp []byte) string {
 	if b.knownLocked(f.Buyer, from) || b.knownLocked(f.Provider, from) {
-		return "", false
+		return ""
 	}
 	party := f.Buyer
 	if b.stamped(makerID(f.Provider), stamp) {
 		party = f.Provider
 	}
 	return b.admitLocked(party, from, stamp)
+}
+
+// relayedLocked reports whether a message accepted from makers (an
+// order's maker, a fill's two parties) is relayed: when one of them is
+// one anti-entropy carries (carryLocked: stamped, this node, or admission
+// off) or has traded (established). Callers hold b.mu.
+func (b *Books) relayedLocked(makers ...string) bool {
+	for _, m := range makers {
+		if _, carried := b.carryLocked(m); carried || b.establishedLocked(m) {
+			return true
+		}
+	}
+	return false
 }

@@ -660,9 +660,9 @@ func (b *Books) checkFrom(ctx context.Context, from peer.ID, ev *p2p.BookEvent) 
 
 // checkRelay is checkFrom, also reporting whether an accepted message
 // stays here (local): an order of a maker with neither a stamp nor a
-// fill, or a fill whose parties were admitted in the lane of unstamped
-// new makers; such messages go no further than the first replica that
-// admits them (admission.go).
+// fill, or a fill neither of whose parties has one (relayedLocked); such
+// messages go no further than the replica that admits them
+// (admission.go).
 func (b *Books) checkRelay(ctx context.Context, from peer.ID, ev *p2p.BookEvent) (res pubsub.ValidationResult, local bool) {
 	switch ev.Kind {
 	case p2p.KindOrder:
@@ -672,8 +672,7 @@ func (b *Books) checkRelay(ctx context.Context, from peer.ID, ev *p2p.BookEvent)
 		// (admission.go), so a flood of fresh keys is ignored here and
 		// goes no further.
 		b.mu.Lock()
-		var why string
-		why, local = b.admitLocked(o.Maker, from, ev.MakerStamp)
+		why := b.admitLocked(o.Maker, from, ev.MakerStamp)
 		b.mu.Unlock()
 		if why != "" {
 			b.reject("book", why)
@@ -725,8 +724,7 @@ func (b *Books) checkRelay(ctx context.Context, from peer.ID, ev *p2p.BookEvent)
 		// Two fresh keys can sign a fill between themselves as cheaply
 		// as an order: the same admission holds for its parties.
 		b.mu.Lock()
-		var why string
-		why, local = b.admitFillLocked(ev.Fill, from, ev.MakerStamp)
+		why := b.admitFillLocked(ev.Fill, from, ev.MakerStamp)
 		b.mu.Unlock()
 		if why != "" {
 			b.reject("fill", why)
@@ -734,16 +732,12 @@ func (b *Books) checkRelay(ctx context.Context, from peer.ID, ev *p2p.BookEvent)
 		}
 	}
 	b.noteEventStamp(ev)
-	if ev.Kind == p2p.KindOrder && !local {
-		// A maker admitted without a token (a neighbour's own order, a
-		// peer the host met) but with neither a stamp nor a fill is
-		// kept here too.
-		b.mu.Lock()
-		_, stamped := b.stamps[ev.Order.Maker]
-		local = !stamped && !b.establishedLocked(ev.Order.Maker)
-		b.mu.Unlock()
+	if ev.Kind == p2p.KindCancel {
+		return pubsub.ValidationAccept, false // relayed as before: held to its maker's rate
 	}
-	return pubsub.ValidationAccept, local
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return pubsub.ValidationAccept, !b.relayedLocked(eventMakers(ev)...)
 }
 
 // makerFull reports whether o's maker already rests as many orders as

@@ -38,11 +38,10 @@ import (
 // stamp must prove (AdmissionConfig.StampBits) is the network's: a node
 // that asks more than its peers' stamps prove takes their elements by
 // gossip only, and one whose own stamp proves less than they ask is
-// carried by none of them. An honest
-// node's messages carry its stamp, except while it grinds the stamp
-// (seconds, once per identity): what it publishes meanwhile reaches the
-// replicas that gossip reaches, and its own reconciliations offer it with
-// the stamp once there is one. AdmissionConfig.Off carries every element,
+// carried by none of them. An honest node's messages carry its stamp,
+// except while it grinds the stamp (seconds, once per identity): what it
+// publishes meanwhile reaches its neighbours (admission.go), and its own
+// reconciliations offer it with the stamp once there is one. AdmissionConfig.Off carries every element,
 // as before stamps (the tests' negative control).
 
 // noteStampLocked records stamp as maker's (id) when it proves the
@@ -71,24 +70,29 @@ func (b *Books) noteEventStamp(ev *p2p.BookEvent) {
 	if len(ev.MakerStamp) == 0 {
 		return
 	}
-	var makers []string
-	switch ev.Kind {
-	case p2p.KindOrder:
-		makers = []string{ev.Order.Maker}
-	case p2p.KindCancel:
-		if id, err := peer.IDFromBytes(ev.Cancel.Maker); err == nil {
-			makers = []string{id.String()}
-		}
-	case p2p.KindFill:
-		makers = []string{ev.Fill.Buyer, ev.Fill.Provider}
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, m := range makers {
+	for _, m := range eventMakers(ev) {
 		if b.noteStampLocked(makerID(m), m, ev.MakerStamp) {
 			return
 		}
 	}
+}
+
+// eventMakers are the makers of a verified event: an order's or a
+// cancel's maker, a fill's buyer and provider.
+func eventMakers(ev *p2p.BookEvent) []string {
+	switch ev.Kind {
+	case p2p.KindOrder:
+		return []string{ev.Order.Maker}
+	case p2p.KindCancel:
+		if id, err := peer.IDFromBytes(ev.Cancel.GetMaker()); err == nil {
+			return []string{id.String()}
+		}
+	case p2p.KindFill:
+		return []string{ev.Fill.Buyer, ev.Fill.Provider}
+	}
+	return nil
 }
 
 // makerID is the peer ID a maker's name encodes (tests' makers, which

@@ -484,16 +484,7 @@ func (b *Books) attach(m *proto.BookMessage, ev *p2p.BookEvent) *proto.BookMessa
 // mine reports whether this node made ev: an order or a cancel of its
 // own, a fill it is a party to. Its stamp travels beside it.
 func (b *Books) mine(ev *p2p.BookEvent) bool {
-	switch ev.Kind {
-	case p2p.KindOrder:
-		return b.selfMaker(ev.Order.Maker)
-	case p2p.KindCancel:
-		id, err := peer.IDFromBytes(ev.Cancel.GetMaker())
-		return err == nil && b.selfMaker(id.String())
-	case p2p.KindFill:
-		return b.selfMaker(ev.Fill.Buyer) || b.selfMaker(ev.Fill.Provider)
-	}
-	return false
+	return slices.ContainsFunc(eventMakers(ev), b.selfMaker)
 }
 
 // Stamp is the maker stamp this node's orders travel with now, or nil
