@@ -94,7 +94,7 @@ func (s *sim) measure(ctx context.Context, net *network, rep *Report) error {
 	rep.add(Measure{Name: MeasurePropagation, Stats: statsOf(prop), FloorName: "gossipsub + 1 verify", Floor: fl.Gossip.P99, Compare: "p99", Goal: 1.5,
 		Note: fmt.Sprintf("a bid until every one of %d replicas holds it; replicas polled every %s", len(net.nodes), pollEvery)}, false)
 
-	return s.trades(ctx, net, rep, rng)
+	return s.trades(ctx, net, rep, rng, true)
 }
 
 // discoverWait bounds one discovery sample.
@@ -154,8 +154,10 @@ func (s *sim) propagate(ctx context.Context, net *network, b *node.Node, rng *mr
 	return d, nil
 }
 
-// trades makes buyers take providers' asks and times each trade's steps.
-func (s *sim) trades(ctx context.Context, net *network, rep *Report, rng *mrand.Rand) error {
+// trades makes buyers take providers' asks and times each trade's steps;
+// with bookDisc it measures discovery from the book too, once the asks
+// are placed.
+func (s *sim) trades(ctx context.Context, net *network, rep *Report, rng *mrand.Rand, bookDisc bool) error {
 	cfg := s.cfg
 	s.log.Info("measure: asks")
 	byID := map[peer.ID]*node.Node{}
@@ -210,9 +212,11 @@ func (s *sim) trades(ctx context.Context, net *network, rep *Report, rng *mrand.
 	if full == len(net.nodes) {
 		rep.AskAllSeconds = time.Since(placed).Seconds()
 	}
-	s.log.Info("measure: discovery from the book")
-	if err := s.bookDiscovery(ctx, net, rep, min(cfg.Samples, 20)); err != nil {
-		return err
+	if bookDisc {
+		s.log.Info("measure: discovery from the book")
+		if err := s.bookDiscovery(ctx, net, rep, min(cfg.Samples, 20)); err != nil {
+			return err
+		}
 	}
 	buyers := net.nodes[net.providers:]
 	samples := min(cfg.Samples, 4*net.providers, len(buyers))

@@ -369,12 +369,27 @@ func (b *Books) refuseEarly(data []byte, author, from peer.ID, lock func() bool)
 
 // InspectRPC is the books' gossipsub RPC inspector (p2p.RPCInspector):
 // it takes out of an RPC from a peer the book messages RefuseEarly
-// refuses now, counted under its reasons, before gossipsub checks
-// anything of them. Gossipsub verifies a message's signature before any
-// topic validator runs, so without it every message of a Sybil's flood
-// cost each replica it reached one Ed25519 verify, refused or not: at
-// 1,000 simulated nodes, 2,000 such messages a second kept the shared
-// cores busy and honest orders waited seconds (BENCHMARKS.md, stop 33).
+// refuses now in the lane of makers without a stamp (new-maker-limited,
+// new-maker-peer-limited), counted under that reason, before gossipsub
+// checks anything of them. Gossipsub verifies a message's signature
+// before any topic validator runs, so without it every message of a
+// Sybil's flood of free keys cost each replica it reached one Ed25519
+// verify, refused or not: at 1,000 simulated nodes, 2,000 such messages
+// a second kept the shared cores busy and honest orders waited seconds
+// (BENCHMARKS.md, stop 33).
+//
+// Why that lane only: a message taken out here is never traced, so a
+// peer that sent it in answer to our IWANT is charged a broken promise
+// (gossipsub's behaviour penalty), and it is not marked seen, so the
+// next IHAVE of it is asked for again. Honest peers relay, and
+// advertise, the orders of stamped or established makers only
+// (relayedLocked), so only a hostile peer sends a free key's message
+// that is not its own; a stamped maker's message past the stamped
+// lane's budget, or a known maker's past its order rate, may come from
+// an honest relay, and is left to the validator, which refuses it after
+// gossipsub's verify, as before. (At 1,000 nodes, taking out the stamped
+// lane's refusals too broke the honest mesh during the providers' burst
+// of asks: stop 34.)
 //
 // The author it holds a message to is the one the message names, not
 // yet verified. That is safe: it only ever refuses, a refusal spends no
@@ -392,7 +407,8 @@ func (b *Books) InspectRPC(from peer.ID, rpc *pubsub.RPC) error {
 	for _, m := range rpc.Publish {
 		if p2p.IsBookTopic(m.GetTopic()) {
 			if author, err := peer.IDFromBytes(m.GetFrom()); err == nil {
-				if why := b.refuseEarly(m.GetData(), author, from, b.mu.TryLock); why != "" {
+				switch why := b.refuseEarly(m.GetData(), author, from, b.mu.TryLock); why {
+				case "new-maker-limited", "new-maker-peer-limited":
 					b.reject("book", why)
 					continue
 				}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	pb "github.com/libp2p/go-libp2p-pubsub/pb"
@@ -343,9 +344,10 @@ func bookMsg(topic string, author peer.ID, data []byte) *pb.Message {
 }
 
 // TestInspectRPC: once the budgets are spent, InspectRPC takes out of an
-// RPC the orders RefuseEarly refuses, counted under its reason, and
-// leaves everything else in order: a known maker's order, a cancel,
-// another topic's message, a message with no valid author. While
+// RPC the unstamped orders RefuseEarly refuses, counted under its
+// reason, and leaves everything else in order: a known maker's order, a
+// cancel, another topic's message, a message with no valid author, a
+// stamped order RefuseEarly refuses (the validator refuses it). While
 // another holds the replicas' lock it takes nothing out and returns at
 // once (gossipsub's loop must not wait): the validator decides then.
 // Negative control: with tokens left, nothing is taken out.
@@ -353,7 +355,7 @@ func TestInspectRPC(t *testing.T) {
 	order := mustMarshal(t, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: []byte("sealed")}})
 	cancel := mustMarshal(t, &proto.BookMessage{Body: &proto.BookMessage_Cancel{Cancel: []byte("sealed")}})
 	rejects := rejectsVec()
-	b := New(Config{Now: (&clock{t: t0}).now, Rejects: rejects, Admission: AdmissionConfig{Rate: slow, Burst: 1, PeerRate: slow, PeerBurst: 1}})
+	b := New(Config{Now: (&clock{t: t0}).now, Rejects: rejects, Admission: AdmissionConfig{Rate: slow, Burst: 1, PeerRate: slow, PeerBurst: 1, StampedRate: slow, StampBits: testStampBits}})
 	topic := p2p.BookTopic(mkt)
 	_, sybil := newKey(t)
 	_, known := newKey(t)
@@ -363,15 +365,29 @@ func TestInspectRPC(t *testing.T) {
 	if b.checkFrom(context.Background(), "relay", bid("x0", known.String())) != pubsub.ValidationAccept {
 		t.Fatal("the first new maker was not admitted")
 	}
+	// A stamped new maker past the stamped lane's budget: refused by
+	// RefuseEarly, but left to the validator (an honest relay may send
+	// it, in answer to an IWANT).
+	_, paid := newKey(t)
+	st, err := p2p.GrindStamp(context.Background(), paid, testStampBits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stamped := mustMarshal(t, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: []byte("sealed")}, MakerStamp: st})
+	b.adm.stamped.AllowN(time.Now(), b.adm.cfg.StampedBurst)
+	if why := b.RefuseEarly(stamped, paid, "relay"); why != "stamped-limited" {
+		t.Fatalf("RefuseEarly(stamped) = %q, want stamped-limited", why)
+	}
 	msgs := []*pb.Message{
 		bookMsg(topic, sybil, order),
 		bookMsg(topic, known, order),
 		bookMsg(topic, sybil, cancel),
 		bookMsg("/other/topic", sybil, order),
 		bookMsg(topic, "not a peer ID", order),
+		bookMsg(topic, paid, stamped),
 		bookMsg(topic, sybil, order),
 	}
-	want := slices.Clone(msgs[1:5])
+	want := slices.Clone(msgs[1:6])
 	b.mu.Lock()
 	got := inspectRPC(t, b, "relay", slices.Clone(msgs)...)
 	b.mu.Unlock()
@@ -380,7 +396,7 @@ func TestInspectRPC(t *testing.T) {
 	}
 	got = inspectRPC(t, b, "relay", msgs...)
 	if !slices.Equal(got, want) {
-		t.Errorf("left %d messages, want the 4 in the middle", len(got))
+		t.Errorf("left %d messages, want the 5 in the middle", len(got))
 	}
 	if n := count(rejects, "book", "new-maker-limited"); n != 2 {
 		t.Errorf("counted new-maker-limited %v, want 2", n)
@@ -390,7 +406,8 @@ func TestInspectRPC(t *testing.T) {
 // FuzzInspectRPC feeds InspectRPC a message of any topic, author and
 // bytes, beside a known maker's order, once the budgets are spent. It
 // must not panic, must leave the known maker's order, and may take out
-// the other message only when RefuseEarly refuses it.
+// the other message only when RefuseEarly refuses it in the unstamped
+// lane.
 func FuzzInspectRPC(f *testing.F) {
 	order, err := gproto.Marshal(&proto.BookMessage{Body: &proto.BookMessage_Order{Order: []byte("sealed")}})
 	if err != nil {
@@ -419,7 +436,11 @@ func FuzzInspectRPC(f *testing.F) {
 			return
 		}
 		author, err := peer.IDFromBytes(from)
-		if !p2p.IsBookTopic(topic) || err != nil || b.RefuseEarly(data, author, "relay") == "" {
+		why := ""
+		if err == nil {
+			why = b.RefuseEarly(data, author, "relay")
+		}
+		if !p2p.IsBookTopic(topic) || err != nil || (why != "new-maker-limited" && why != "new-maker-peer-limited") {
 			t.Fatalf("took out a message RefuseEarly does not refuse (topic %q, from %x, data %x)", topic, from, data)
 		}
 	})
