@@ -387,9 +387,9 @@ func (b *Books) refuseEarly(data []byte, author, from peer.ID, lock func() bool)
 // that is not its own; a stamped maker's message past the stamped
 // lane's budget, or a known maker's past its order rate, may come from
 // an honest relay, and is left to the validator, which refuses it after
-// gossipsub's verify, as before. (At 1,000 nodes, taking out the stamped
-// lane's refusals too broke the honest mesh during the providers' burst
-// of asks: stop 34.)
+// gossipsub's verify, as before. (A first version took out the stamped
+// lane's refusals too; in its one 1,000-node run, after the providers'
+// burst of asks, fresh nodes found none of the book's offers: stop 34.)
 //
 // The author it holds a message to is the one the message names, not
 // yet verified. That is safe: it only ever refuses, a refusal spends no
