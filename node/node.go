@@ -416,12 +416,10 @@ func New(opts ...Option) (_ *Node, err error) {
 	n.offers = exchange.NewOffers(n.ctx, exchange.OffersConfig{
 		DHT: n.dht, Store: n.store, Self: n.host.ID(), Published: n.Published, Now: n.now, Log: n.log, Found: n.metrics.Found, Verified: n.verified,
 	})
-	inspect := new(p2p.RPCInspector) // the books refuse a flood before gossipsub's verify
-	if n.ps, err = p2p.NewPubSub(n.ctx, n.host, inspect.Option()); err != nil {
+	if n.ps, err = p2p.NewPubSub(n.ctx, n.host); err != nil {
 		return nil, err
 	}
 	n.books = n.newBooks(o.sweepEvery, o.maxResting, o.stampBits)
-	inspect.Set(n.books.InspectRPC)
 	n.orders = n.newOrders()
 	n.books.Start(n.ctx)
 	n.trade, n.resale = n.newTrader(), n.newResale()

@@ -96,7 +96,7 @@ func hostileFlood(t *testing.T, a *netPeer, n int) (held func(*netPeer) int, pub
 
 // TestFloodRefusedBeforeVerify: a hostile host H floods replica A with
 // 40 valid bids, each from a fresh key, in batches of 10. With the
-// books' RPC inspector, as the node installs it, what A's admission
+// books' RPC inspector (not installed by the node: stop 34), what A's admission
 // refuses before the verify is taken out of H's RPCs before gossipsub
 // verifies its signature: the first batch arrives before A has spent
 // any token on H (gossipsub verifies from 3 to all 10 of it, as the
@@ -113,7 +113,7 @@ func TestFloodRefusedBeforeVerify(t *testing.T) {
 	for _, inspect := range []bool{true, false} {
 		t.Run(fmt.Sprintf("inspect=%v", inspect), func(t *testing.T) {
 			adm := AdmissionConfig{Rate: slow, Burst: 10, PeerRate: slow, PeerBurst: peerBurst}
-			a := newNetPeer(t, peerOpts{admission: adm, noInspect: !inspect})
+			a := newNetPeer(t, peerOpts{admission: adm, inspect: inspect})
 			held, publish := hostileFlood(t, a, flood)
 			verified := a.verified.n.Load()
 			t.Logf("gossipsub verified %d of the flood's %d", verified, flood)

@@ -82,9 +82,9 @@ type peerOpts struct {
 	offerFor func(po *proto.Order) []byte
 	// inlineMax is Config.InlineOfferMax.
 	inlineMax int
-	// noInspect leaves out the books' RPC inspector, which the node
-	// installs (the negative control of its tests).
-	noInspect bool
+	// inspect installs the books' RPC inspector (Books.InspectRPC),
+	// which the node does not (BENCHMARKS.md, stop 34).
+	inspect bool
 }
 
 // coverCheck is the ask rule the node applies (askFacts), reduced to what
@@ -164,8 +164,8 @@ func newNetPeer(t *testing.T, opts peerOpts) *netPeer {
 	}
 	cfg.Hooks.OfferFor = opts.offerFor
 	np.books = New(cfg)
-	if !opts.noInspect {
-		inspect.Set(np.books.InspectRPC) // as the node does
+	if opts.inspect {
+		inspect.Set(np.books.InspectRPC)
 	}
 	np.books.Start(ctx)
 	p2p.HandleSync(h, np.books.AnswerSync) // as the node does
