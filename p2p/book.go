@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
-	"sync/atomic"
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
@@ -42,11 +40,10 @@ const MaxBookGossipSize = 2*proto.MaxBookMessageSize + proto.MaxOfferSize + 1024
 // spend the per-maker limits of each. Message IDs are the SHA-256 of the
 // payload, so the same object relayed by two peers, or published by both
 // parties of a fill, is one message. Peer scoring is on (BookScoreParams).
-// ctx bounds its life; opts are added to these (a node adds its
-// RPCInspector's).
-func NewPubSub(ctx context.Context, h host.Host, opts ...pubsub.Option) (*pubsub.PubSub, error) {
+// ctx bounds its life.
+func NewPubSub(ctx context.Context, h host.Host) (*pubsub.PubSub, error) {
 	params, thresholds := BookScoreParams()
-	ps, err := pubsub.NewGossipSub(ctx, h, append([]pubsub.Option{
+	ps, err := pubsub.NewGossipSub(ctx, h,
 		pubsub.WithMessageSignaturePolicy(pubsub.StrictSign),
 		pubsub.WithMessageIdFn(func(m *pb.Message) string {
 			sum := sha256.Sum256(m.Data)
@@ -54,45 +51,17 @@ func NewPubSub(ctx context.Context, h host.Host, opts ...pubsub.Option) (*pubsub
 		}),
 		pubsub.WithPeerScore(params, thresholds),
 		pubsub.WithGossipSubParams(BookGossipParams()),
-		pubsub.WithMaxMessageSize(MaxBookGossipSize + 4096),
+		pubsub.WithMaxMessageSize(MaxBookGossipSize+4096),
 		// Orders arrive in bursts when a market opens; validation costs one
 		// Ed25519 verify (~85 µs), so a deep queue is cheap and dropping
 		// (which pubsub does silently) is what we most want to avoid.
 		pubsub.WithValidateQueueSize(1024),
-	}, opts...)...)
+	)
 	if err != nil {
 		return nil, fmt.Errorf("p2p: gossipsub: %w", err)
 	}
 	return ps, nil
 }
-
-// An RPCInspector is gossipsub's application-specific RPC inspector
-// (pubsub.WithAppSpecificRpcInspector), set once what it consults exists:
-// the order books need their PubSub before they can inspect its RPCs.
-// Until Set, every RPC passes. Its zero value is ready to use.
-//
-// Gossipsub calls it on its event loop, for every RPC a peer sends,
-// before its own checks (graylist, duplicates, the signature's verify),
-// so the function Set must be quick and must never wait on a lock.
-type RPCInspector struct {
-	f atomic.Pointer[func(peer.ID, *pubsub.RPC) error]
-}
-
-// Set makes f the inspector.
-func (i *RPCInspector) Set(f func(from peer.ID, rpc *pubsub.RPC) error) { i.f.Store(&f) }
-
-// Option is the pubsub option that installs i.
-func (i *RPCInspector) Option() pubsub.Option {
-	return pubsub.WithAppSpecificRpcInspector(func(from peer.ID, rpc *pubsub.RPC) error {
-		if f := i.f.Load(); f != nil {
-			return (*f)(from, rpc)
-		}
-		return nil
-	})
-}
-
-// IsBookTopic reports whether topic is a market's book topic (BookTopic).
-func IsBookTopic(topic string) bool { return strings.HasPrefix(topic, BookTopic("")) }
 
 // BookGossipParams are gossipsub's defaults but for the gossip of IHAVEs:
 // each heartbeat a node advertises the messages of the last heartbeats to

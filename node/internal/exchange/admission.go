@@ -1,7 +1,6 @@
 package exchange
 
 import (
-	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"golang.org/x/time/rate"
 	gproto "google.golang.org/protobuf/proto"
@@ -293,22 +292,13 @@ func (b *Books) allowMaker(maker string) bool {
 // RefuseEarly reports why a gossiped book message authored by author
 // and relayed by from is ignored before its signatures are verified, or
 // "": an order of a maker, or a fill of two parties, that admission
-// would refuse now, whatever its content. It spends no token and
-// verifies nothing. InspectRPC asks it before gossipsub's own signature
-// check, the validator again after it (what came in while the replicas
-// were busy), so a Sybil's flood past the budgets costs a replica a map
-// lookup, not a verify.
+// would refuse now, whatever its content. It spends no token
+// and verifies nothing, so a Sybil's flood past the budgets costs a
+// replica gossipsub's own signature check and a map lookup, not a
+// second verify.
 func (b *Books) RefuseEarly(data []byte, author, from peer.ID) string {
-	return b.refuseEarly(data, author, from, func() bool { b.mu.Lock(); return true })
-}
-
-// refuseEarly is RefuseEarly taking b.mu with lock; a lock that reports
-// false (a TryLock that failed) refuses nothing.
-func (b *Books) refuseEarly(data []byte, author, from peer.ID, lock func() bool) string {
 	maker := author.String()
-	if !lock() {
-		return ""
-	}
+	b.mu.Lock()
 	known := b.knownLocked(maker, from)
 	slow := false // a known maker out of its new-maker order rate
 	if known && !b.establishedLocked(maker) {
@@ -337,9 +327,7 @@ func (b *Books) refuseEarly(data []byte, author, from peer.ID, lock func() bool)
 		// Either party known admits it (admitFillLocked); their names
 		// are read from the envelopes, unverified.
 		signers := p2p.StampSigners(&msg)
-		if !lock() {
-			return ""
-		}
+		b.mu.Lock()
 		for _, id := range signers {
 			if b.knownLocked(id.String(), from) {
 				b.mu.Unlock()
@@ -353,9 +341,7 @@ func (b *Books) refuseEarly(data []byte, author, from peer.ID, lock func() bool)
 	default:
 		return ""
 	}
-	if !lock() {
-		return ""
-	}
+	b.mu.Lock()
 	defer b.mu.Unlock()
 	all, peers, _, _, why, whyPeer := b.adm.lane(stamped)
 	if all.Tokens() < 1 {
@@ -365,65 +351,6 @@ func (b *Books) refuseEarly(data []byte, author, from peer.ID, lock func() bool)
 		return whyPeer
 	}
 	return ""
-}
-
-// InspectRPC is a gossipsub RPC inspector for the books (p2p.RPCInspector).
-// The node does not install it: at 300 simulated nodes under a flood of
-// 1,980 messages a second, honest orders took twice as long with it as
-// without (BENCHMARKS.md, stop 34; one run each), so what it saves has
-// not been shown to pay for the work it adds to gossipsub's loop.
-//
-// it takes out of an RPC from a peer the book messages RefuseEarly
-// refuses now in the lane of makers without a stamp (new-maker-limited,
-// new-maker-peer-limited), counted under that reason, before gossipsub
-// checks anything of them. Gossipsub verifies a message's signature
-// before any topic validator runs, so without it every message of a
-// Sybil's flood of free keys cost each replica it reached one Ed25519
-// verify, refused or not: at 1,000 simulated nodes, 2,000 such messages
-// a second kept the shared cores busy and honest orders waited seconds
-// (BENCHMARKS.md, stop 33).
-//
-// Why that lane only: a message taken out here is never traced, so a
-// peer that sent it in answer to our IWANT is charged a broken promise
-// (gossipsub's behaviour penalty), and it is not marked seen, so the
-// next IHAVE of it is asked for again. Honest peers relay, and
-// advertise, the orders of stamped or established makers only
-// (relayedLocked), so only a hostile peer sends a free key's message
-// that is not its own; a stamped maker's message past the stamped
-// lane's budget, or a known maker's past its order rate, may come from
-// an honest relay, and is left to the validator, which refuses it after
-// gossipsub's verify, as before. (A first version took out the stamped
-// lane's refusals too; in its one 1,000-node run, after the providers'
-// burst of asks, fresh nodes found none of the book's offers: stop 34.)
-//
-// The author it holds a message to is the one the message names, not
-// yet verified. That is safe: it only ever refuses, a refusal spends no
-// token, and a refused copy is not marked seen, so a copy with a forged
-// author costs its honest original nothing. It runs on gossipsub's event
-// loop, so it never waits for the replicas' lock: while another holds it,
-// a message passes on to the validator, which asks RefuseEarly again.
-// Gossipsub handles the RPC it was given, so what is taken out of its
-// Publish is never pushed (pubsub v0.19's handleIncomingRPC).
-func (b *Books) InspectRPC(from peer.ID, rpc *pubsub.RPC) error {
-	if b.adm.cfg.Off || len(rpc.Publish) == 0 {
-		return nil
-	}
-	kept := rpc.Publish[:0]
-	for _, m := range rpc.Publish {
-		if p2p.IsBookTopic(m.GetTopic()) {
-			if author, err := peer.IDFromBytes(m.GetFrom()); err == nil {
-				switch why := b.refuseEarly(m.GetData(), author, from, b.mu.TryLock); why {
-				case "new-maker-limited", "new-maker-peer-limited":
-					b.reject("book", why)
-					continue
-				}
-			}
-		}
-		kept = append(kept, m)
-	}
-	clear(rpc.Publish[len(kept):])
-	rpc.Publish = kept
-	return nil
 }
 
 // selfMaker reports whether maker is this node.

@@ -4,12 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"slices"
 	"testing"
-	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
-	pb "github.com/libp2p/go-libp2p-pubsub/pb"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"golang.org/x/time/rate"
@@ -322,126 +319,6 @@ func FuzzRefuseEarly(f *testing.F) {
 		}
 		if why != want {
 			t.Fatalf("RefuseEarly(%x, %q, %q) = %q, want %q", data, author, from, why, want)
-		}
-	})
-}
-
-// inspectRPC runs InspectRPC on an RPC from relay holding msgs, and
-// returns what it left to gossipsub.
-func inspectRPC(t testing.TB, b *Books, relay peer.ID, msgs ...*pb.Message) []*pb.Message {
-	t.Helper()
-	rpc := &pubsub.RPC{RPC: pb.RPC{Publish: msgs}}
-	if err := b.InspectRPC(relay, rpc); err != nil {
-		t.Fatalf("InspectRPC = %v, want nil (it never drops a whole RPC)", err)
-	}
-	return rpc.Publish
-}
-
-// bookMsg is a gossipsub message of topic carrying data, authored by
-// author (its From; no signature: InspectRPC checks none).
-func bookMsg(topic string, author peer.ID, data []byte) *pb.Message {
-	return &pb.Message{Topic: &topic, From: []byte(author), Data: data}
-}
-
-// TestInspectRPC: once the budgets are spent, InspectRPC takes out of an
-// RPC the unstamped orders RefuseEarly refuses, counted under its
-// reason, and leaves everything else in order: a known maker's order, a
-// cancel, another topic's message, a message with no valid author, a
-// stamped order RefuseEarly refuses (the validator refuses it). While
-// another holds the replicas' lock it takes nothing out and returns at
-// once (gossipsub's loop must not wait): the validator decides then.
-// Negative control: with tokens left, nothing is taken out.
-func TestInspectRPC(t *testing.T) {
-	order := mustMarshal(t, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: []byte("sealed")}})
-	cancel := mustMarshal(t, &proto.BookMessage{Body: &proto.BookMessage_Cancel{Cancel: []byte("sealed")}})
-	rejects := rejectsVec()
-	b := New(Config{Now: (&clock{t: t0}).now, Rejects: rejects, Admission: AdmissionConfig{Rate: slow, Burst: 1, PeerRate: slow, PeerBurst: 1, StampedRate: slow, StampBits: testStampBits}})
-	topic := p2p.BookTopic(mkt)
-	_, sybil := newKey(t)
-	_, known := newKey(t)
-	if got := inspectRPC(t, b, "relay", bookMsg(topic, sybil, order)); len(got) != 1 {
-		t.Fatalf("with tokens left: %d of 1 messages left", len(got))
-	}
-	if b.checkFrom(context.Background(), "relay", bid("x0", known.String())) != pubsub.ValidationAccept {
-		t.Fatal("the first new maker was not admitted")
-	}
-	// A stamped new maker past the stamped lane's budget: refused by
-	// RefuseEarly, but left to the validator (an honest relay may send
-	// it, in answer to an IWANT).
-	_, paid := newKey(t)
-	st, err := p2p.GrindStamp(context.Background(), paid, testStampBits)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stamped := mustMarshal(t, &proto.BookMessage{Body: &proto.BookMessage_Order{Order: []byte("sealed")}, MakerStamp: st})
-	b.adm.stamped.AllowN(time.Now(), b.adm.cfg.StampedBurst)
-	if why := b.RefuseEarly(stamped, paid, "relay"); why != "stamped-limited" {
-		t.Fatalf("RefuseEarly(stamped) = %q, want stamped-limited", why)
-	}
-	msgs := []*pb.Message{
-		bookMsg(topic, sybil, order),
-		bookMsg(topic, known, order),
-		bookMsg(topic, sybil, cancel),
-		bookMsg("/other/topic", sybil, order),
-		bookMsg(topic, "not a peer ID", order),
-		bookMsg(topic, paid, stamped),
-		bookMsg(topic, sybil, order),
-	}
-	want := slices.Clone(msgs[1:6])
-	b.mu.Lock()
-	got := inspectRPC(t, b, "relay", slices.Clone(msgs)...)
-	b.mu.Unlock()
-	if len(got) != len(msgs) {
-		t.Errorf("with the replicas' lock held: %d of %d messages left, want all", len(got), len(msgs))
-	}
-	got = inspectRPC(t, b, "relay", msgs...)
-	if !slices.Equal(got, want) {
-		t.Errorf("left %d messages, want the 5 in the middle", len(got))
-	}
-	if n := count(rejects, "book", "new-maker-limited"); n != 2 {
-		t.Errorf("counted new-maker-limited %v, want 2", n)
-	}
-}
-
-// FuzzInspectRPC feeds InspectRPC a message of any topic, author and
-// bytes, beside a known maker's order, once the budgets are spent. It
-// must not panic, must leave the known maker's order, and may take out
-// the other message only when RefuseEarly refuses it in the unstamped
-// lane.
-func FuzzInspectRPC(f *testing.F) {
-	order, err := gproto.Marshal(&proto.BookMessage{Body: &proto.BookMessage_Order{Order: []byte("sealed")}})
-	if err != nil {
-		f.Fatal(err)
-	}
-	k, _, _ := crypto.GenerateEd25519Key(rand.Reader)
-	sybil, _ := peer.IDFromPrivateKey(k)
-	f.Add(p2p.BookTopic(mkt), []byte(sybil), order)
-	f.Add(p2p.BookTopic(mkt), []byte("first"), order)
-	f.Add("/other", []byte(sybil), order)
-	f.Add(p2p.BookTopic(mkt), []byte{}, []byte{})
-	f.Add(p2p.BookTopic(""), []byte{0x00, 0x01}, []byte{0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f})
-	f.Fuzz(func(t *testing.T, topic string, from, data []byte) {
-		b := New(Config{Now: (&clock{t: t0}).now, Admission: AdmissionConfig{Rate: slow, Burst: 1, PeerRate: slow, PeerBurst: 1}})
-		first := peer.ID("first")
-		if b.checkFrom(context.Background(), "relay", bid("x0", first.String())) != pubsub.ValidationAccept {
-			t.Fatal("the first new maker was not admitted")
-		}
-		m := bookMsg(topic, peer.ID(from), data)
-		known := bookMsg(p2p.BookTopic(mkt), first, order)
-		got := inspectRPC(t, b, "relay", m, known)
-		if len(got) == 0 || got[len(got)-1] != known {
-			t.Fatal("the known maker's order was taken out")
-		}
-		if len(got) == 2 {
-			return
-		}
-		author, err := peer.IDFromBytes(from)
-		why := ""
-		if err == nil {
-			why = b.RefuseEarly(data, author, "relay")
-		}
-		if !p2p.IsBookTopic(topic) || err != nil || (why != "new-maker-limited" && why != "new-maker-peer-limited") {
-			t.Fatalf("took out a message RefuseEarly does not refuse (topic %q, from %x, data %x)", topic, from, data)
 		}
 	})
 }

@@ -6,8 +6,7 @@
 // gossipsub topic, validates each book message (stateless checks in
 // package p2p, then the replica's own: admission of makers it does not
 // know at a bounded rate (admission.go: a Sybil's fresh keys stop at the
-// first hop; [Books.InspectRPC] can refuse them before gossipsub verifies
-// them, not installed by the node), duplicates, per-maker rate limits and caps, and, through a
+// first hop), duplicates, per-maker rate limits and caps, and, through a
 // hook, whether an ask is backed by its provider's offer,
 // which travels beside the ask; an offer not known yet is retried, never
 // refused for good), applies what is accepted, keeps cancels and fills as

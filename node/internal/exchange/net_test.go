@@ -11,12 +11,10 @@ import (
 	"testing"
 	"time"
 
-	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/prometheus/client_golang/prometheus"
 	gproto "google.golang.org/protobuf/proto"
 
@@ -36,32 +34,7 @@ type netPeer struct {
 	books   *Books
 	offers  *Offers
 	rejects *prometheus.CounterVec
-	// verified counts the messages whose signature gossipsub checked.
-	verified *verifyTracer
 }
-
-// verifyTracer is a pubsub.RawTracer that counts the messages gossipsub
-// checked the signature of (its ValidateMessage event follows the
-// verify of a message not seen before, and precedes the topic's
-// validator).
-type verifyTracer struct{ n atomic.Int64 }
-
-func (v *verifyTracer) ValidateMessage(*pubsub.Message)                    { v.n.Add(1) }
-func (*verifyTracer) OnNewOutboundStream(peer.ID, protocol.ID)             {}
-func (*verifyTracer) OnClosedOutboundStream(peer.ID)                       {}
-func (*verifyTracer) Join(string)                                          {}
-func (*verifyTracer) Leave(string)                                         {}
-func (*verifyTracer) Graft(peer.ID, string)                                {}
-func (*verifyTracer) Prune(peer.ID, string)                                {}
-func (*verifyTracer) DeliverMessage(*pubsub.Message)                       {}
-func (*verifyTracer) RejectMessage(*pubsub.Message, string)                {}
-func (*verifyTracer) DuplicateMessage(*pubsub.Message)                     {}
-func (*verifyTracer) ThrottlePeer(peer.ID)                                 {}
-func (*verifyTracer) RecvRPC(*pubsub.RPC)                                  {}
-func (*verifyTracer) SendRPC(*pubsub.RPC, peer.ID)                         {}
-func (*verifyTracer) SendRPCCompleted(*pubsub.RPC, peer.ID, time.Duration) {}
-func (*verifyTracer) DropRPC(*pubsub.RPC, peer.ID)                         {}
-func (*verifyTracer) UndeliverableMessage(*pubsub.Message)                 {}
 
 // peerOpts configure newNetPeer.
 type peerOpts struct {
@@ -82,9 +55,6 @@ type peerOpts struct {
 	offerFor func(po *proto.Order) []byte
 	// inlineMax is Config.InlineOfferMax.
 	inlineMax int
-	// inspect installs the books' RPC inspector (Books.InspectRPC),
-	// which the node does not (BENCHMARKS.md, stop 34).
-	inspect bool
 }
 
 // coverCheck is the ask rule the node applies (askFacts), reduced to what
@@ -124,9 +94,8 @@ func newNetPeer(t *testing.T, opts peerOpts) *netPeer {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	np := &netPeer{key: k, h: h, rejects: rejectsVec(), verified: new(verifyTracer)}
-	inspect := new(p2p.RPCInspector)
-	ps, err := p2p.NewPubSub(ctx, h, inspect.Option(), pubsub.WithRawTracer(np.verified))
+	np := &netPeer{key: k, h: h, rejects: rejectsVec()}
+	ps, err := p2p.NewPubSub(ctx, h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,9 +133,6 @@ func newNetPeer(t *testing.T, opts peerOpts) *netPeer {
 	}
 	cfg.Hooks.OfferFor = opts.offerFor
 	np.books = New(cfg)
-	if opts.inspect {
-		inspect.Set(np.books.InspectRPC)
-	}
 	np.books.Start(ctx)
 	p2p.HandleSync(h, np.books.AnswerSync) // as the node does
 	t.Cleanup(func() {
