@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/suanli/suanli/node"
 	"github.com/suanli/suanli/node/internal/exchange"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
@@ -370,7 +371,12 @@ func (s *sim) attack(ctx context.Context, net *network, rep *Report) error {
 // refusalsSince is bookRefusals less before: what the replicas refused
 // since before was taken, by reason (reasons that did not grow left out).
 func refusalsSince(net *network, before map[string]int64) map[string]int64 {
-	out := bookRefusals(net)
+	return since(bookRefusals(net), before)
+}
+
+// since returns the counts of out less those of before, leaving out the
+// unchanged ones; it changes out.
+func since(out, before map[string]int64) map[string]int64 {
 	for k, v := range before {
 		if out[k] -= v; out[k] == 0 {
 			delete(out, k)
@@ -381,9 +387,14 @@ func refusalsSince(net *network, before map[string]int64) map[string]int64 {
 
 // bookRefusals sums the book messages every live replica refused, by
 // reason (the nodes' suanli_validation_rejects_total of kind book).
-func bookRefusals(net *network) map[string]int64 {
+func bookRefusals(net *network) map[string]int64 { return refusals(net.nodes, "book") }
+
+// refusals sums what the given live nodes refused, by reason
+// (suanli_validation_rejects_total): of one kind, or of every kind, as
+// "kind/reason", when kind is "".
+func refusals(nodes []*node.Node, kind string) map[string]int64 {
 	out := map[string]int64{}
-	for _, n := range net.nodes {
+	for _, n := range nodes {
 		if n == nil {
 			continue
 		}
@@ -396,16 +407,19 @@ func bookRefusals(net *network) map[string]int64 {
 				continue
 			}
 			for _, m := range mf.GetMetric() {
-				kind, reason := "", ""
+				k, reason := "", ""
 				for _, l := range m.GetLabel() {
 					switch l.GetName() {
 					case "kind":
-						kind = l.GetValue()
+						k = l.GetValue()
 					case "reason":
 						reason = l.GetValue()
 					}
 				}
-				if kind == "book" {
+				switch {
+				case kind == "":
+					out[k+"/"+reason] += int64(m.GetCounter().GetValue())
+				case k == kind:
 					out[reason] += int64(m.GetCounter().GetValue())
 				}
 			}

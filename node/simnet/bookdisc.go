@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -37,7 +38,7 @@ func (s *sim) bookDiscovery(ctx context.Context, net *network, rep *Report, samp
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			s.log.Warn("discovery from the book incomplete", "err", err)
+			s.log.Warn("discovery from the book incomplete", "err", err, "goroutines", runtime.NumGoroutine())
 			incomplete++
 			continue
 		}
@@ -87,6 +88,7 @@ func (s *sim) lateDiscover(ctx context.Context, net *network, quiet *slog.Logger
 	if err := waitFor(ctx, time.Minute, func() bool { return len(h.Network().Peers()) > s.cfg.Regions }); err != nil {
 		return 0, fmt.Errorf("late node never bootstrapped: %w", err)
 	}
+	answersBefore := refusals(net.nodes, "sync-request")
 	dctx, cancel := context.WithTimeout(ctx, discoverWait)
 	defer cancel()
 	t0 := time.Now()
@@ -97,7 +99,11 @@ func (s *sim) lateDiscover(ctx context.Context, net *network, quiet *slog.Logger
 		}
 		select {
 		case <-dctx.Done():
-			return 0, fmt.Errorf("found %d of %d offers (%v)", len(offers), net.providers, err)
+			// What a user would ask first: did anyone answer, and what
+			// did this node refuse of what came?
+			_, orders, _ := nd.BookDigest(s.market, "USD")
+			return 0, fmt.Errorf("found %d of %d offers (%v); the late node holds %d orders, has %d peers, refused %v; sync answers refused by the network meanwhile: %v",
+				len(offers), net.providers, err, orders, len(h.Network().Peers()), refusals([]*node.Node{nd}, ""), since(refusals(net.nodes, "sync-request"), answersBefore))
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
