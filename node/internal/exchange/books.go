@@ -242,7 +242,11 @@ type Books struct {
 	// snapshot listed (elements).
 	idMu    sync.Mutex
 	elemIDs map[string]map[elemKey]elemID
-	adm     *admission // makers known and the new-maker budgets
+	// snapMu guards snaps: by market, the last reconciliation snapshot
+	// (reconcileSet).
+	snapMu sync.Mutex
+	snaps  map[string]snapCache
+	adm    *admission // makers known and the new-maker budgets
 	// stamps are, by maker, the stamps this node learnt (carry.go).
 	stamps map[string][]byte
 }
@@ -288,6 +292,7 @@ func New(cfg Config) *Books {
 		kick:     make(chan string, 64),
 		rkick:    make(chan struct{}, 1),
 		elemIDs:  map[string]map[elemKey]elemID{},
+		snaps:    map[string]snapCache{},
 		adm:      newAdmission(cfg.Admission),
 		stamps:   map[string][]byte{},
 	}

@@ -44,7 +44,10 @@ func sealCancelBy(t *testing.T, k crypto.PrivKey, id string) *p2p.BookEvent {
 }
 
 // sortedIDs is the IDs of a replica's snapshot of the market.
-func sortedIDs(p *netPeer) []elemID { return p.books.elements(mkt, false).sorted().ids }
+func sortedIDs(p *netPeer) []elemID {
+	set, _ := p.books.elements(mkt, false)
+	return set.sorted().ids
+}
 
 // TestFreeKeysNotCarried: a replica that admitted, by gossip, the orders
 // and a cancel of a free key (no stamp) and of a stamped key hands on by

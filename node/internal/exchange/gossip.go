@@ -397,7 +397,8 @@ var errSyncRate = errors.New("exchange: book sync asked too often")
 // as tombstones, for a late joiner (p2p.HandleSync). An order that has
 // expired is left out even before the sweep drops it from the book.
 func (b *Books) SyncAnswer(mkt string) []*proto.BookMessage {
-	return b.elements(mkt, true).messages()
+	set, _ := b.elements(mkt, true)
+	return set.messages()
 }
 
 // Publish gossips a book message whose event ev this node built and
