@@ -140,7 +140,7 @@ func checkBook(b *Book) error {
 		if e := b.orders.get(h, id); e != nil && e.o.ClientKey == ck.key && e.o.Maker == ck.maker {
 			continue
 		}
-		if i, _, seq := b.tombs.find(h, id); i >= 0 && b.recKey(b.tombs.rec(seq)) == ck.key && recMaker(b.tombs.rec(seq)) == ck.maker {
+		if i, _, seq := b.tombs.find(h, id); i != -1 && b.recKey(b.tombs.rec(seq)) == ck.key && recMaker(b.tombs.rec(seq)) == ck.maker {
 			continue
 		}
 		return fmt.Errorf("client key %q of %s names %s, which the book does not know", ck.key, ck.maker, id)
@@ -224,14 +224,40 @@ func (m *memory[V]) check(hash func(string) uint64) error {
 		live++
 		h := hash(rec.ID())
 		i, j, got := m.find(h, rec.ID())
-		if i < 0 || got != seq {
+		if i == -1 || got != seq {
 			return fmt.Errorf("record %q not indexed", rec.ID())
+		}
+		if i == pendBucket {
+			if rec.passed() {
+				return fmt.Errorf("record %q pending, says passed", rec.ID())
+			}
+			continue
 		}
 		if dist := (uint32(i) - slotTag(h)) & mask; (dist > 0) != rec.passed() || uint32(m.buckets[i].s[j]>>32) != slotTag(h) {
 			return fmt.Errorf("record %q indexed %d buckets from home, says passed %v", rec.ID(), dist, rec.passed())
 		}
 	}
 	slots := 0
+	if m.pn > memPend || m.pi >= memPend || m.pi < 0 {
+		return fmt.Errorf("%d pending slots from %d", m.pn, m.pi)
+	}
+	for k := range m.pn {
+		p := m.pend[(m.pi+k)%memPend]
+		if p.word == 0 || p.seq < m.head {
+			continue
+		}
+		if p.seq >= m.tail || p.seq+uint64(m.pn) < m.tail {
+			return fmt.Errorf("pending slot of arrival %d, ring [%d, %d), %d pending", p.seq, m.head, m.tail, m.pn)
+		}
+		if r := m.rec(p.seq); r.dead() || slotTag(hash(r.ID())) != uint32(p.word>>32) || uint32(p.word) != 0 {
+			return fmt.Errorf("pending slot names record %q, deleted or another handle's", r.ID())
+		}
+		w, bits := m.filterBitsOf(uint32(p.word >> 32))
+		if g := m.genOf(p.seq); m.filt[2*w+uint64(g)]&bits != bits {
+			return fmt.Errorf("pending record %q (arrival %d): not in filter generation %d", m.rec(p.seq).ID(), p.seq, g)
+		}
+		slots++
+	}
 	passed := make([]uint32, len(m.buckets))
 	for i := range m.buckets {
 		for _, s := range &m.buckets[i].s {

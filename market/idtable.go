@@ -156,7 +156,27 @@ type memory[V any] struct {
 	fshift uint8
 	fgen   uint8
 	fstart uint64
+
+	// pend holds the slots of the last records put, not yet written to
+	// the index: a record's slot is written memPend puts after it
+	// arrived, when the index line its put asked for (lines) has long
+	// arrived, instead of stalling on it at once. A ring of pn slots
+	// from position pi; a slot of 0 is one deleted while pending.
+	pend   [memPend]pendSlot
+	pi, pn int
 }
+
+// pendSlot is a pending record's slot word (as in memBucket) and its
+// arrival number.
+type pendSlot struct{ word, seq uint64 }
+
+// memPend is how many puts a record's slot waits before it is written
+// to the index.
+const memPend = 8
+
+// pendBucket is the bucket find reports for a record whose slot is still
+// pending (its slot number is then its position in pend).
+const pendBucket = -2
 
 // memBucket is one cache line of the index. Slots hold 0 (empty) or a slot
 // word: the handle's tag (its high 32 bits, top bit set) << 32 | the
@@ -251,13 +271,22 @@ func (m *memory[V]) seqOf(s uint64) (uint64, bool) {
 }
 
 // find returns the bucket and slot of id's record, live or expired, and
-// its arrival number; bucket -1 if there is none.
+// its arrival number; bucket -1 if there is none, pendBucket if its slot
+// is pending.
 func (m *memory[V]) find(h uint64, id string) (int, int, uint64) {
 	if m.buckets == nil || !m.maybe(h) {
 		return -1, 0, 0
 	}
-	mask := uint32(len(m.buckets) - 1)
 	tag := slotTag(h)
+	for k := range m.pend[:m.pn] {
+		p := &m.pend[(m.pi+k)%memPend]
+		if uint32(p.word>>32) == tag && p.seq >= m.head {
+			if r := m.rec(p.seq); !r.dead() && r.idIs(id) {
+				return pendBucket, (m.pi + k) % memPend, p.seq
+			}
+		}
+	}
+	mask := uint32(len(m.buckets) - 1)
 	for i := tag & mask; ; i = (i + 1) & mask {
 		bk := &m.buckets[i]
 		for j, s := range &bk.s {
@@ -286,7 +315,7 @@ func (m *memory[V]) get(h uint64, id string) (*memRec[V], bool) {
 // remembered (not expired).
 func (m *memory[V]) lookup(h uint64, id string) (*memRec[V], bool) {
 	i, _, seq := m.find(h, id)
-	if i < 0 {
+	if i == -1 {
 		return nil, false
 	}
 	r := m.rec(seq)
@@ -295,10 +324,14 @@ func (m *memory[V]) lookup(h uint64, id string) (*memRec[V], bool) {
 
 // del forgets id.
 func (m *memory[V]) del(h uint64, id string) {
-	if i, j, seq := m.find(h, id); i >= 0 {
+	if i, j, seq := m.find(h, id); i != -1 {
 		r := m.rec(seq)
-		m.unpass(r, seq) // first: its slot is searched for
-		m.buckets[i].s[j] = 0
+		if i == pendBucket {
+			m.pend[j].word = 0
+		} else {
+			m.unpass(r, seq) // first: its slot is searched for
+			m.buckets[i].s[j] = 0
+		}
 		if m.onFree != nil {
 			m.onFree(r, false)
 		}
@@ -358,11 +391,26 @@ func (m *memory[V]) put(h uint64, id string, exp int64, fresh bool) *memRec[V] {
 		m.resize(m.grown())
 	}
 	m.mark(slotTag(h), m.fgen)
-	r.setPassed(m.index(h, seq))
+	if m.pn == memPend {
+		m.flushOne()
+	}
+	m.pend[(m.pi+m.pn)%memPend] = pendSlot{uint64(slotTag(h)) << 32, seq}
+	m.pn++
 	if m.tail&m.cleanMask == 0 {
 		m.cleanBucket()
 	}
 	return r
+}
+
+// flushOne writes the oldest pending slot to the index, unless its
+// record was deleted or dropped meanwhile.
+func (m *memory[V]) flushOne() {
+	p := m.pend[m.pi]
+	m.pi = (m.pi + 1) % memPend
+	m.pn--
+	if p.word != 0 && p.seq >= m.head {
+		m.rec(p.seq).setPassed(m.index(p.word, p.seq))
+	}
 }
 
 // grown is the index's next size: four times the present one, but no
@@ -534,6 +582,9 @@ func (m *memory[V]) genOf(seq uint64) uint8 {
 // the old index in order and the ring only where that changed: rehashing
 // from the records would cost a cache miss each.
 func (m *memory[V]) resize(n int) {
+	for m.pn > 0 && m.buckets != nil {
+		m.flushOne()
+	}
 	old := m.buckets
 	m.buckets = hugeSlice[memBucket](n)
 	m.cleanMask = cleanCycle/uint64(n) - 1
