@@ -28,6 +28,7 @@ func cmdSimnet(e *env, args []string) error {
 	fs.IntVar(&cfg.Samples, "samples", 20, "`K` samples per measure")
 	fs.IntVar(&cfg.ConnHigh, "conn-high", simnet.DefaultConnHigh, "each simulated host's connection manager trims above `N` connections, back to N/3 (a real node's: 192)")
 	fs.StringVar(&cfg.Model, "model", "dgxh100", "the providers' simulated `machine` (dgxa100: offers without CC evidence, ≈ 3 KB instead of ≈ 60 KB)")
+	fs.DurationVar(&cfg.OfferTTL, "offer-ttl", 10*time.Minute, "how long the providers' offers live (they republish before); shorter, the measures after the asks see asks whose offers expired")
 	fs.BoolVar(&cfg.Faults, "faults", false, "after the measures: partition east from west and heal, then churn")
 	attack := fs.Bool("attack", false, "after the measures: hostile peers flood the market (valid bids from fresh keys, broken signatures, replays); measure again")
 	fs.Float64Var(&cfg.Attack, "hostile", 0.1, "with --attack: hostile peers as a `share` of the nodes")

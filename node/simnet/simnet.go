@@ -30,6 +30,7 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/suanli/suanli/gpu"
+	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/node"
 	"github.com/suanli/suanli/node/devnet"
 )
@@ -60,6 +61,11 @@ type Config struct {
 	Samples int
 	// BillingInterval of the providers' leases. Default 1 s (the minimum).
 	BillingInterval time.Duration
+	// OfferTTL is how long the providers' offers live (they republish
+	// before). Default 10 min. Shorter, the measures after the asks run
+	// on asks whose travelling offers have expired, as in a long-lived
+	// market.
+	OfferTTL time.Duration
 	// Faults runs, after the core measures, an east-west partition that
 	// heals, then churn (a tenth of the buyers drop out and come back).
 	Faults bool
@@ -123,6 +129,9 @@ func (c *Config) defaults() error {
 	if c.BillingInterval == 0 {
 		c.BillingInterval = time.Second
 	}
+	if c.OfferTTL == 0 {
+		c.OfferTTL = 10 * time.Minute
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -145,6 +154,8 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("simnet: provider share %v, want in (0, 1)", c.ProviderShare)
 	case c.Samples < 1:
 		return fmt.Errorf("simnet: %d samples, want at least 1", c.Samples)
+	case c.OfferTTL < 3*time.Second || c.OfferTTL > market.MaxOfferTTL:
+		return fmt.Errorf("simnet: offer TTL %s, want 3s to %s", c.OfferTTL, market.MaxOfferTTL)
 	case c.ConnHigh < 12:
 		return fmt.Errorf("simnet: connection high watermark %d, want at least 12", c.ConnHigh)
 	case c.Attack < 0 || c.Attack > 0.5:
@@ -484,7 +495,7 @@ func (s *sim) startNodes(ctx context.Context, dir string) (*network, error) {
 		d := filepath.Join(dir, fmt.Sprintf("node-%03d", i))
 		o := []node.Option{
 			node.WithRepo(d), node.WithAutoInit(), node.WithHost(net.hosts[i]),
-			node.WithAPI(""), node.WithLogger(quiet), node.WithOfferTTL(10 * time.Minute),
+			node.WithAPI(""), node.WithLogger(quiet), node.WithOfferTTL(cfg.OfferTTL),
 			node.WithBillingInterval(cfg.BillingInterval),
 			node.WithRegion(RegionName(i % cfg.Regions)),
 			node.WithSmallStore(), node.WithStampBits(StampBits),
