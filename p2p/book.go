@@ -177,6 +177,13 @@ type BookEvent struct {
 	Offer         *proto.Offer
 	OfferProvider peer.ID
 	OfferEnvelope []byte
+	// OfferExpired: the offer beside the ask was its maker's and well
+	// signed but has expired, and was dropped. The ask stands without it:
+	// a replica hands on the offer an ask travelled with for as long as
+	// the ask is open, which can outlive the offer (its provider
+	// republishes), and the replica checks the ask against the provider's
+	// current offer anyway.
+	OfferExpired bool
 	// Cancel (KindCancel), and the order it withdraws when that travelled
 	// with it (verified: signed by the cancel's maker, its ID the one the
 	// cancel names; it may have expired) and its sealed bytes.
@@ -241,7 +248,9 @@ func (v *Verified) DecodeBook(data []byte, mkt string, now time.Time) (*BookEven
 		case len(msg.Offer) > 0 && len(msg.OfferDigest) > 0:
 			return nil, fmt.Errorf("%w: an offer and an offer digest beside one ask", ErrBookSchema)
 		case len(msg.Offer) > 0:
-			if err := v.attachOffer(ev, msg.Offer, now); err != nil {
+			if err := v.attachOffer(ev, msg.Offer, now); errors.Is(err, market.ErrOfferExpired) {
+				ev.OfferExpired = true
+			} else if err != nil {
 				return nil, err
 			}
 		case len(msg.OfferDigest) > 0:
