@@ -177,12 +177,11 @@ type BookEvent struct {
 	Offer         *proto.Offer
 	OfferProvider peer.ID
 	OfferEnvelope []byte
-	// OfferExpired: the offer beside the ask was its maker's and well
-	// signed but has expired, and was dropped. The ask stands without it:
-	// a replica hands on the offer an ask travelled with for as long as
-	// the ask is open, which can outlive the offer (its provider
-	// republishes), and the replica checks the ask against the provider's
-	// current offer anyway.
+	// OfferExpired: the offer beside the ask (Offer) has expired since
+	// the ask was made, when it was valid. A replica hands on the offer an
+	// ask travelled with for as long as the ask is open, and asks outlive
+	// offers (their providers republish): the ask stands on the offer it
+	// was made on, as it did on the replicas that got it in time.
 	OfferExpired bool
 	// Cancel (KindCancel), and the order it withdraws when that travelled
 	// with it (verified: signed by the cancel's maker, its ID the one the
@@ -248,9 +247,7 @@ func (v *Verified) DecodeBook(data []byte, mkt string, now time.Time) (*BookEven
 		case len(msg.Offer) > 0 && len(msg.OfferDigest) > 0:
 			return nil, fmt.Errorf("%w: an offer and an offer digest beside one ask", ErrBookSchema)
 		case len(msg.Offer) > 0:
-			if err := v.attachOffer(ev, msg.Offer, now); errors.Is(err, market.ErrOfferExpired) {
-				ev.OfferExpired = true
-			} else if err != nil {
+			if err := v.attachOffer(ev, msg.Offer, now); err != nil {
 				return nil, err
 			}
 		case len(msg.OfferDigest) > 0:
@@ -313,13 +310,33 @@ func (v *Verified) DecodeBook(data []byte, mkt string, now time.Time) (*BookEven
 }
 
 // attachOffer verifies the offer that travelled beside the ask of ev and
-// records it there: a valid sealed offer (OpenOffer at now) signed by the
-// ask's maker, or by anyone for a resale ask.
+// records it there: a sealed offer signed by the ask's maker (by anyone
+// for a resale ask), valid now (OpenOffer at now) or, when it has expired
+// since, valid when the ask was made (OfferExpired). An ask is checked
+// against the offer it was made on wherever and whenever it arrives, so
+// every replica decides the same: one that gets it late, by sync, after
+// the offer's provider republished, accepts it as the replicas that got
+// it on gossip did. It may outlive that offer by MaxOrderTTL at most, as
+// any ask may outlive the offer current when it was made.
 func (v *Verified) attachOffer(ev *BookEvent, env []byte, now time.Time) error {
 	if ev.Order.Side != market.Ask {
 		return fmt.Errorf("%w: an offer beside a bid", ErrBookOffer)
 	}
 	oe, err := v.openOffer(env, now)
+	if errors.Is(err, market.ErrOfferExpired) {
+		at := ev.Order.Created // up to MaxClockSkew ahead of now (OpenOrder)
+		if at.After(now) {
+			at = now
+		}
+		oe, err = v.openOffer(env, at)
+		if err == nil {
+			ev.OfferExpired = true
+			if end := time.UnixMilli(oe.offer.ExpiresUnixMs).Add(market.MaxOrderTTL); ev.Order.Expires.After(end) {
+				return fmt.Errorf("%w: ask expires %s, more than %s after its offer", ErrBookOffer,
+					ev.Order.Expires.UTC().Format(time.RFC3339), market.MaxOrderTTL)
+			}
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrBookOffer, err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	gproto "google.golang.org/protobuf/proto"
 
+	"github.com/suanli/suanli/market"
 	"github.com/suanli/suanli/p2p"
 	"github.com/suanli/suanli/proto"
 )
@@ -60,21 +61,55 @@ func TestDecodeBookAttached(t *testing.T) {
 		t.Fatalf("plain ask = %+v, %v", ev, err)
 	}
 
-	// An expired offer of the maker's, well signed, is dropped and said
-	// so; the ask stands (a replica hands on the offer an ask travelled
-	// with for as long as the ask is open, and the offer can expire first).
-	// (The valid offer above is the negative control: attached, and
-	// OfferExpired false.)
+	// An offer that has expired since the ask was made still backs it,
+	// and is said to have expired: a replica hands on the offer an ask
+	// travelled with for as long as the ask is open, and one that gets the
+	// ask late decides as those that got it on time did. (The valid offer
+	// above is the negative control: attached, and OfferExpired false.)
 	if ev.OfferExpired {
 		t.Fatal("a valid offer said expired")
 	}
-	expired := seal(t, maker.key, testOffer(maker.id, 7, bookNow.Add(-61*time.Minute))) // expired a minute ago
-	if ev, err := p2p.DecodeBook(bookWith(t, ask, expired, nil), bookMkt, bookNow); err != nil || ev.Offer != nil || ev.OfferEnvelope != nil || !ev.OfferExpired {
-		t.Fatalf("ask with its maker's expired offer = %+v, %v; want the ask, the offer dropped", ev, err)
+	// The ask was made a minute before bookNow; this offer expired 30 s
+	// after that.
+	since := seal(t, maker.key, testOffer(maker.id, 7, bookNow.Add(-60*time.Minute-30*time.Second)))
+	if ev, err := p2p.DecodeBook(bookWith(t, ask, since, nil), bookMkt, bookNow); err != nil || ev.Offer == nil || string(ev.OfferEnvelope) != string(since) || !ev.OfferExpired {
+		t.Fatalf("ask with the offer it was made on, expired since = %+v, %v; want both, OfferExpired", ev, err)
 	}
-	// An expired offer is still opened first: one with a broken signature
-	// is refused.
-	if _, err := p2p.DecodeBook(bookWith(t, ask, bookFlipSig(t, expired), nil), bookMkt, bookNow); !errors.Is(err, p2p.ErrBookOffer) {
+	// An offer already expired when the ask was made backs nothing.
+	before := seal(t, maker.key, testOffer(maker.id, 7, bookNow.Add(-61*time.Minute))) // expired as the ask was made
+	if _, err := p2p.DecodeBook(bookWith(t, ask, before, nil), bookMkt, bookNow); !errors.Is(err, p2p.ErrBookOffer) || !errors.Is(err, market.ErrOfferExpired) {
+		t.Fatalf("ask with an offer expired before it = %v, want %v", err, market.ErrOfferExpired)
+	}
+	// Nor does an expired offer made after the ask: the ask was not made
+	// on it.
+	later := bookSignedOrder(t, maker, maker, proto.Side_SIDE_ASK, func(o *proto.Order) {
+		o.CreatedUnixMs = bookNow.Add(-2 * time.Hour).UnixMilli()
+	})
+	if _, err := p2p.DecodeBook(bookWith(t, later, since, nil), bookMkt, bookNow); !errors.Is(err, p2p.ErrBookOffer) || !errors.Is(err, market.ErrOfferFromFuture) {
+		t.Fatalf("ask made before its expired offer = %v, want %v", err, market.ErrOfferFromFuture)
+	}
+	// A backdated ask outlives the offer it was made on by MaxOrderTTL at
+	// most; the control one minute inside that is accepted.
+	made := bookNow.Add(-23 * time.Hour)
+	old := seal(t, maker.key, testOffer(maker.id, 7, made)) // expires made+1h
+	for _, c := range []struct {
+		expires time.Time
+		ok      bool
+	}{{made.Add(time.Hour + market.MaxOrderTTL - time.Minute), true}, {made.Add(time.Hour + market.MaxOrderTTL + time.Minute), false}} {
+		backdated := bookSignedOrder(t, maker, maker, proto.Side_SIDE_ASK, func(o *proto.Order) {
+			o.CreatedUnixMs, o.ExpiresUnixMs = made.UnixMilli(), c.expires.UnixMilli()
+		})
+		ev, err := p2p.DecodeBook(bookWith(t, backdated, old, nil), bookMkt, bookNow)
+		if c.ok && (err != nil || !ev.OfferExpired) {
+			t.Fatalf("ask expiring %s after its offer = %+v, %v; want accepted", c.expires.Sub(made.Add(time.Hour)), ev, err)
+		}
+		if !c.ok && !errors.Is(err, p2p.ErrBookOffer) {
+			t.Fatalf("ask expiring %s after its offer = %v, want %v", c.expires.Sub(made.Add(time.Hour)), err, p2p.ErrBookOffer)
+		}
+	}
+	// An expired offer is opened first: one with a broken signature is
+	// refused.
+	if _, err := p2p.DecodeBook(bookWith(t, ask, bookFlipSig(t, since), nil), bookMkt, bookNow); !errors.Is(err, p2p.ErrBookOffer) {
 		t.Fatalf("ask with a forged expired offer = %v, want %v", err, p2p.ErrBookOffer)
 	}
 

@@ -706,7 +706,7 @@ func (b *Books) checkRelay(ctx context.Context, from peer.ID, ev *p2p.BookEvent)
 			return pubsub.ValidationReject, false
 		}
 		if o.Side == market.Ask && b.cfg.Hooks.CheckAsk != nil {
-			if err := b.cfg.Hooks.CheckAsk(ctx, o, ev.OrderProto); err != nil {
+			if err := b.cfg.Hooks.CheckAsk(askContext(ctx, o), o, ev.OrderProto); err != nil {
 				if errors.Is(err, ErrOfferUnknown) {
 					// Transient: not yet known, or the lookup timed out.
 					// Retried in the background, never refused for good.

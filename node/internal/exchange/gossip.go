@@ -109,9 +109,6 @@ func (b *Books) validator(mkt string) pubsub.ValidatorEx {
 			b.cfg.Log.Debug("book message rejected", "market", mkt, "from", from, "err", err)
 			return pubsub.ValidationReject
 		}
-		if ev.OfferExpired {
-			b.reject("book", "offer-expired") // dropped; the ask stands
-		}
 		if !AuthoredBy(ev, author) {
 			b.reject("book", "not-author")
 			b.cfg.Log.Debug("book message from another author", "market", mkt, "author", author, "kind", ev.Kind)
@@ -310,9 +307,6 @@ func (b *Books) applyData(ctx context.Context, mkt, kind string, msgs [][]byte) 
 			// that fails is the peer's fault.
 			b.reject(kind, p2p.BookReason(err))
 			continue
-		}
-		if ev.OfferExpired {
-			b.reject(kind, "offer-expired") // dropped; the ask stands
 		}
 		if b.check(ctx, ev) == pubsub.ValidationAccept && b.apply(mkt, ev) && settled(ev, b.cfg.Now()) {
 			changed++

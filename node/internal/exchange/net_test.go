@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -34,6 +35,7 @@ type netPeer struct {
 	books   *Books
 	offers  *Offers
 	rejects *prometheus.CounterVec
+	fake    *fakeDHT // noDHT's
 }
 
 // peerOpts configure newNetPeer.
@@ -55,6 +57,9 @@ type peerOpts struct {
 	offerFor func(po *proto.Order) []byte
 	// inlineMax is Config.InlineOfferMax.
 	inlineMax int
+	// ahead sets the peer's clock (its books' and offers') that far
+	// ahead of the others'.
+	ahead time.Duration
 }
 
 // coverCheck is the ask rule the node applies (askFacts), reduced to what
@@ -106,8 +111,10 @@ func newNetPeer(t *testing.T, opts peerOpts) *netPeer {
 		}
 		np.offers = NewOffers(ctx, OffersConfig{DHT: d, Self: h.ID()})
 	}
+	now := func() time.Time { return time.Now().Add(opts.ahead) }
 	if opts.noDHT {
-		np.offers = NewOffers(ctx, OffersConfig{DHT: &fakeDHT{}, Self: h.ID()})
+		np.fake = &fakeDHT{}
+		np.offers = NewOffers(ctx, OffersConfig{DHT: np.fake, Self: h.ID(), Now: now})
 	}
 	if np.offers != nil {
 		p2p.HandleOfferDigest(h, np.offers.Held, nil) // as the node does
@@ -127,7 +134,7 @@ func newNetPeer(t *testing.T, opts peerOpts) *netPeer {
 		opts.admission.StampBits = testStampBits
 	}
 	cfg := Config{Host: h, PubSub: ps, Rejects: np.rejects, ReconcileEvery: every, Offers: np.offers, Log: slog.New(slog.DiscardHandler), Providers: opts.providers,
-		Admission: opts.admission, Stamp: opts.stamp, InlineOfferMax: opts.inlineMax}
+		Admission: opts.admission, Stamp: opts.stamp, InlineOfferMax: opts.inlineMax, Now: now}
 	if np.offers != nil {
 		cfg.Hooks.CheckAsk = coverCheck(np.offers)
 	}
@@ -258,9 +265,15 @@ func sealOffer(t *testing.T, signer crypto.PrivKey, provider peer.ID, gpus int) 
 // has a larger one).
 func sealOfferSeq(t *testing.T, signer crypto.PrivKey, provider peer.ID, gpus int, seq uint64) []byte {
 	t.Helper()
+	return sealOfferTTL(t, signer, provider, gpus, seq, time.Hour)
+}
+
+// sealOfferTTL is sealOfferSeq with the offer's time to live.
+func sealOfferTTL(t *testing.T, signer crypto.PrivKey, provider peer.ID, gpus int, seq uint64, ttl time.Duration) []byte {
+	t.Helper()
 	now := time.Now()
 	o := &proto.Offer{
-		Provider: []byte(provider), Seq: seq, CreatedUnixMs: now.UnixMilli(), ExpiresUnixMs: now.Add(time.Hour).UnixMilli(),
+		Provider: []byte(provider), Seq: seq, CreatedUnixMs: now.UnixMilli(), ExpiresUnixMs: now.Add(ttl).UnixMilli(),
 		Region: "CN-GZ", Host: &proto.Host{Backend: "sim", CpuCores: 64, MemoryBytes: 1 << 40},
 		Pricing:     &proto.Pricing{Currency: "USD", OnDemandMicros: 2_490_000},
 		Terms:       &proto.LeaseTerms{MinDurationS: 60, MaxDurationS: 3600, BillingIncrementS: 60},
@@ -356,6 +369,66 @@ func TestAskRetriedUntilOfferKnown(t *testing.T) {
 	})
 	if n := replica.books.Retrying(); n != 0 {
 		t.Errorf("%d asks still wait", n)
+	}
+}
+
+// TestLateReplicaTakesAskOnExpiredOffer: a replica hands on the offer an
+// ask travelled with for as long as the ask is open; a node that syncs
+// after that offer expired takes the ask on it, as the replica did, with
+// no DHT lookup (the 1,000-node stall: late nodes refused every
+// ask, then looked each provider up). Asks made on two offers of one
+// provider each travel with their own. Negative control: outside an ask's
+// check the expired offer is not current (Of looks it up, and fails).
+func TestLateReplicaTakesAskOnExpiredOffer(t *testing.T) {
+	maker := newNetPeer(t, peerOpts{})
+	replica := newNetPeer(t, peerOpts{noDHT: true})
+	connect(t, replica, maker)
+	meshed(t, maker, replica)
+
+	offer1 := sealOfferTTL(t, maker.key, maker.h.ID(), 8, 1, time.Minute)
+	offer2 := sealOfferTTL(t, maker.key, maker.h.ID(), 8, 2, time.Minute)
+	var ids []string
+	for i, off := range [][]byte{offer1, offer1, offer2} {
+		env, ev := maker.sealOrder(t, proto.Side_SIDE_ASK, 4, 2_000_000+int64(i), uint64(i+1))
+		maker.publish(t, env, ev, off)
+		ids = append(ids, ev.Order.ID)
+	}
+	waitUntil(t, "the replica to hold the asks", func() bool {
+		for _, id := range ids {
+			if !replica.books.Holds(mkt, "USD", id) {
+				return false
+			}
+		}
+		return true
+	})
+
+	late := newNetPeer(t, peerOpts{noDHT: true, noJoin: true, ahead: 5 * time.Minute}) // both offers expired
+	connect(t, late, replica)
+	waitUntil(t, "the replica's subscription", func() bool { return subscribed(late, replica.h.ID()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := late.books.JoinMarket(ctx, mkt); err != nil { // syncs from the replica
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if !late.books.Holds(mkt, "USD", id) {
+			t.Errorf("the late node does not hold ask %s", id)
+		}
+	}
+	for _, why := range []string{"offer-unknown", "bad-offer", "offer-mismatch"} {
+		if n := count(late.rejects, "book", why) + count(late.rejects, "sync", why) + count(late.rejects, "reconcile", why); n != 0 {
+			t.Errorf("the late node counted %s %v times", why, n)
+		}
+	}
+	if n := late.fake.count(); n != 0 {
+		t.Errorf("the late node looked up offers %d times", n)
+	}
+	if o := late.offers.Cached(maker.h.ID()); o == nil || o.Seq != 2 {
+		t.Errorf("the late node keeps offer %v, want the newest (seq 2)", o)
+	}
+
+	if _, err := late.offers.Of(context.Background(), maker.h.ID(), 1); !errors.Is(err, ErrOfferUnknown) || late.fake.count() == 0 {
+		t.Fatalf("the expired offer outside an ask's check = %v after %d lookups, want %v after one", err, late.fake.count(), ErrOfferUnknown)
 	}
 }
 

@@ -119,17 +119,24 @@ func (x *Offers) Wait() { x.wg.Wait() }
 
 // Of returns a provider's offer, with at least seq minSeq: this node's
 // own, the cached one while unexpired, or the DHT's (bounded by
-// OfferFetchTimeout). An offer not found wraps ErrOfferUnknown.
+// OfferFetchTimeout). An offer not found wraps ErrOfferUnknown. Under a
+// context from askContext (the replica checking an ask), a cached offer
+// that has expired since the ask was made will do: the one it travelled
+// with (p2p.BookEvent.OfferExpired).
 func (x *Offers) Of(ctx context.Context, p peer.ID, minSeq uint64) (*proto.Offer, error) {
 	if p == x.cfg.Self {
 		if o := x.cfg.Published(); o != nil {
 			return o, nil
 		}
 	}
+	at := x.cfg.Now()
+	if made, ok := ctx.Value(askMadeKey{}).(time.Time); ok && made.Before(at) {
+		at = made
+	}
 	x.mu.Lock()
 	o, ok := x.cache[p]
 	x.mu.Unlock()
-	if ok && o.Seq >= minSeq && time.UnixMilli(o.ExpiresUnixMs).After(x.cfg.Now()) {
+	if ok && o.Seq >= minSeq && time.UnixMilli(o.ExpiresUnixMs).After(at) {
 		return o, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, OfferFetchTimeout)
@@ -144,6 +151,16 @@ func (x *Offers) Of(ctx context.Context, p peer.ID, minSeq uint64) (*proto.Offer
 	}
 	x.RememberSealed(f.Provider, f.Offer, f.Envelope)
 	return f.Offer, nil
+}
+
+// askMadeKey is the context key of askContext.
+type askMadeKey struct{}
+
+// askContext is ctx for checking ask o (Hooks.CheckAsk): Of then takes a
+// cached offer of its maker that was unexpired when o was made, as
+// p2p.DecodeBook takes the offer o travelled with.
+func askContext(ctx context.Context, o *market.Order) context.Context {
+	return context.WithValue(ctx, askMadeKey{}, o.Created)
 }
 
 // Remember caches a validated offer unless a newer one of p is held.

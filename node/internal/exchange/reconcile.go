@@ -335,24 +335,27 @@ type elemKey struct {
 }
 
 // messages lists the elements in the order elements made them, each ask's
-// offer beside the first ask of its provider.
+// offer beside the first ask of its provider made on it.
 func (e *elemSet) messages() []*proto.BookMessage {
 	out := make([]*proto.BookMessage, 0, len(e.ids))
-	sent := map[string]bool{}
+	sent := map[string][]byte{}
 	for _, id := range e.ids {
 		out = append(out, e.elems[id].with(sent))
 	}
 	return out
 }
 
-// with is the element's message, with its offer when sent does not list
-// its provider yet (which it then does).
-func (el elem) with(sent map[string]bool) *proto.BookMessage {
+// with is the element's message, with its offer unless sent lists it as
+// the last sent of its provider (which it then does): a provider's asks
+// made on one offer take it once, and one made on the offer it
+// republished takes that too, not only the offer of its first ask
+// (interned, so the comparison is of one pointer).
+func (el elem) with(sent map[string][]byte) *proto.BookMessage {
 	m := el.message()
-	if el.offer == nil || sent[el.provider] {
+	if el.offer == nil || bytes.Equal(sent[el.provider], el.offer) {
 		return m
 	}
-	sent[el.provider] = true
+	sent[el.provider] = el.offer
 	m.Offer = el.offer
 	return m
 }
@@ -465,7 +468,7 @@ func checkReconcile(m *proto.Reconcile) error {
 func (e *elemSet) respond(in *proto.Reconcile, budget int) *proto.Reconcile {
 	out := &proto.Reconcile{}
 	size := 0
-	sent := map[string]bool{}
+	sent := map[string][]byte{}
 	push := func(id elemID) {
 		el := e.elems[id]
 		if el == nil || size > budget {

@@ -134,7 +134,7 @@ func (b *Books) retryOne(r *retry) {
 	if !b.pullOffer(ctx, r.ev, r.from, maker) { // the relay again, then the maker
 		err = errBadPulledOffer
 	} else {
-		err = b.cfg.Hooks.CheckAsk(ctx, o, r.ev.OrderProto)
+		err = b.cfg.Hooks.CheckAsk(askContext(ctx, o), o, r.ev.OrderProto)
 	}
 	cancel()
 	switch {
