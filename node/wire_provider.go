@@ -108,6 +108,7 @@ func (n *Node) newProvider() {
 		BillingInterval: n.billingInterval, ChargeIncrement: n.chargeIncrement,
 		Hooks: provider.Hooks{
 			Addrs: n.Addrs, JoinMarket: n.JoinMarket,
+			Republished: func(ctx context.Context, mkts []string) { n.books.Refresh(ctx, mkts...) },
 			Isolation: func() proto.IsolationLevel {
 				if n.isolation == nil {
 					return proto.IsolationLevel_ISOLATION_LEVEL_UNSPECIFIED

@@ -82,7 +82,7 @@ type Replica struct {
 	Book   *market.Book
 	Index  *market.Index
 	envs   map[string][]byte
-	offers map[string][]byte          // the sealed offer an open ask travelled with
+	offers map[string]keptOffer       // the sealed offer an open ask travelled with, or its provider's newer (refresh.go)
 	maker  map[string]string          // the maker of each open order, by ID
 	count  map[string]map[string]bool // the open orders of each maker
 	fills  []Trade
@@ -228,9 +228,10 @@ type Books struct {
 	joined   map[string]time.Time // when each topic was joined
 	// inlined is, by market, the digest of the last offer an ask of this
 	// node carried whole (attach).
-	inlined  map[string][p2p.OfferDigestSize]byte
-	limiters map[string]*rate.Limiter  // by maker
-	authors  map[peer.ID]*rate.Limiter // by gossip author, under authorsMu
+	inlined    map[string][p2p.OfferDigestSize]byte
+	limiters   map[string]*rate.Limiter  // by maker
+	refreshers map[string]*rate.Limiter  // offer refreshes, by maker (refresh.go)
+	authors    map[peer.ID]*rate.Limiter // by gossip author, under authorsMu
 	// authorsMu guards authors alone: every gossiped message's first
 	// check must not queue behind the replicas' lock (at 1,000 simulated
 	// nodes 1,628 validators waited on b.mu here).
@@ -275,26 +276,27 @@ func New(cfg Config) *Books {
 		self = cfg.Host.ID().String() // base58: encoded once, not per message
 	}
 	return &Books{
-		self:     self,
-		cfg:      cfg,
-		ctx:      context.Background(),
-		states:   map[string]*Replica{},
-		tombs:    map[string]*tombs{},
-		retries:  map[string]*retry{},
-		retryNew: make(chan struct{}, 1),
-		reconc:   map[peer.ID]*rate.Limiter{},
-		topics:   map[string]*pubsub.Topic{},
-		joined:   map[string]time.Time{},
-		inlined:  map[string][p2p.OfferDigestSize]byte{},
-		limiters: map[string]*rate.Limiter{},
-		authors:  map[peer.ID]*rate.Limiter{},
-		syncers:  map[peer.ID]*rate.Limiter{},
-		kick:     make(chan string, 64),
-		rkick:    make(chan struct{}, 1),
-		elemIDs:  map[string]map[elemKey]elemID{},
-		snaps:    map[string]snapCache{},
-		adm:      newAdmission(cfg.Admission),
-		stamps:   map[string][]byte{},
+		self:       self,
+		cfg:        cfg,
+		ctx:        context.Background(),
+		states:     map[string]*Replica{},
+		tombs:      map[string]*tombs{},
+		retries:    map[string]*retry{},
+		retryNew:   make(chan struct{}, 1),
+		reconc:     map[peer.ID]*rate.Limiter{},
+		topics:     map[string]*pubsub.Topic{},
+		joined:     map[string]time.Time{},
+		inlined:    map[string][p2p.OfferDigestSize]byte{},
+		limiters:   map[string]*rate.Limiter{},
+		refreshers: map[string]*rate.Limiter{},
+		authors:    map[peer.ID]*rate.Limiter{},
+		syncers:    map[peer.ID]*rate.Limiter{},
+		kick:       make(chan string, 64),
+		rkick:      make(chan struct{}, 1),
+		elemIDs:    map[string]map[elemKey]elemID{},
+		snaps:      map[string]snapCache{},
+		adm:        newAdmission(cfg.Admission),
+		stamps:     map[string][]byte{},
 	}
 }
 
@@ -336,7 +338,7 @@ func (b *Books) state(mkt, cur string) (*Replica, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Replica{Book: bk, Index: ix, envs: map[string][]byte{}, offers: map[string][]byte{},
+	s := &Replica{Book: bk, Index: ix, envs: map[string][]byte{}, offers: map[string]keptOffer{},
 		maker: map[string]string{}, count: map[string]map[string]bool{}, tombs: b.tombsOf(mkt)}
 	b.states[k] = s
 	return s, nil
@@ -524,7 +526,7 @@ func (b *Books) apply(mkt string, ev *p2p.BookEvent) bool {
 		mine := false
 		if err == nil {
 			if ev.OfferEnvelope != nil {
-				s.offers[o.ID] = ev.OfferEnvelope
+				s.offers[o.ID] = keptOffer{env: ev.OfferEnvelope, seq: ev.Offer.GetSeq()}
 			}
 			for _, id := range b.evictMaker(s, o.Maker) {
 				b.reject("book", "maker-evicted")
@@ -693,7 +695,7 @@ func (b *Books) checkRelay(ctx context.Context, from peer.ID, ev *p2p.BookEvent)
 			return pubsub.ValidationIgnore, false
 		}
 		if _, _, held := b.Lookup(o.Market, o.Currency, o.ID); held {
-			return pubsub.ValidationIgnore, false
+			return b.checkRefresh(ctx, from, ev), false
 		}
 		if b.makerFull(o) {
 			// Not relayed either: a flood of valid orders from one key

@@ -448,7 +448,7 @@ func (b *Books) attach(m *proto.BookMessage, ev *p2p.BookEvent) *proto.BookMessa
 		o := ev.Order
 		b.With(o.Market, o.Currency, func(s *Replica) {
 			if _, _, ok := s.Book.Lookup(o.ID); ok {
-				s.offers[o.ID] = env
+				s.offers[o.ID] = keptOffer{env: env}
 			}
 		})
 		d := p2p.OfferDigest(env) // OfferFor's envelopes are Offers' own or cached: Held answers pulls of it

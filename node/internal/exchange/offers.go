@@ -376,7 +376,8 @@ func (x *Offers) Find(ctx context.Context, key string, readOnly bool) (map[peer.
 // FromBook adds to into the unexpired offer of the maker of each open ask
 // in the replicas of market key (every market for p2p.AnyMarket) that
 // books keeps: the offers those asks were validated against when they
-// arrived (RememberSealed caches them), and this node's own published
+// arrived, or that their providers refreshed since (refresh.go; the
+// cache keeps each provider's newest), and this node's own published
 // offer for its own asks. A newer offer already in into stays. A resale
 // ask's maker is not a provider and adds nothing.
 func (x *Offers) FromBook(books *Books, key string, into map[peer.ID]*proto.Offer) {

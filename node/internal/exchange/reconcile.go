@@ -245,7 +245,7 @@ func (b *Books) eachElemLocked(mkt string, now time.Time, fn func(kind byte, key
 			}
 			e := elem{order: env, stamp: st}
 			if o.Side == market.Ask {
-				e.provider, e.offer = o.Maker, s.offers[id]
+				e.provider, e.offer = o.Maker, s.offers[id].env
 			}
 			fn(kindOrder, env, e, o.Created)
 		}

@@ -70,6 +70,11 @@ type Hooks struct {
 	// JoinMarket replicates the book of a market the first offer serves,
 	// so the provider can ask and take bids there.
 	JoinMarket func(ctx context.Context, mkt string) error
+	// Republished is told of an offer published after the first, at
+	// most once per half its TTL, and the markets it serves: the node
+	// brings the books' copies of its offer up to date
+	// (exchange.Books.Refresh).
+	Republished func(ctx context.Context, markets []string)
 }
 
 // Clock is the provider's time: Now for offer times and deadlines, After
@@ -129,6 +134,7 @@ type Provider struct {
 
 	mu        sync.Mutex   // a leaf
 	published *proto.Offer // last offer successfully published
+	refreshed time.Time    // when Hooks.Republished was last called
 }
 
 // New makes the provider side of a node; Run starts publishing.
@@ -244,6 +250,15 @@ func (p *Provider) Publish(ctx context.Context) error {
 	p.mu.Lock()
 	first := p.published == nil
 	p.published = o
+	// The books' copies of the offer are refreshed once half a TTL has
+	// passed: each refresh costs every replica a pull of the offer, and
+	// a copy refreshed at every other republish (at a third of the TTL)
+	// still has a third of its life left when the next comes.
+	now := p.cfg.Clock.Now()
+	refresh := !first && now.Sub(p.refreshed) >= p.cfg.OfferTTL/2
+	if first || refresh {
+		p.refreshed = now
+	}
 	p.mu.Unlock()
 	if p.cfg.Published != nil {
 		p.cfg.Published.Inc()
@@ -256,6 +271,9 @@ func (p *Provider) Publish(ctx context.Context) error {
 				p.cfg.Log.Warn("joining market failed", "market", m, "err", err)
 			}
 		}
+	}
+	if refresh && p.cfg.Hooks.Republished != nil {
+		p.cfg.Hooks.Republished(ctx, markets)
 	}
 	p.cfg.Log.Info("offer published", "seq", o.Seq, "gpus", len(o.Gpus), "markets", markets,
 		"price", p.cfg.Price.String(), "expires", time.UnixMilli(o.ExpiresUnixMs).UTC().Format(time.RFC3339))

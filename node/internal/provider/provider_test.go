@@ -83,6 +83,8 @@ type rig struct {
 	self   peer.ID
 	clock  *fakeClock
 	joined []string
+	// refreshed is the markets of each Hooks.Republished call.
+	refreshed [][]string
 }
 
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
@@ -114,6 +116,7 @@ func newRig(t *testing.T, model string) *rig {
 			Isolation:  func() proto.IsolationLevel { return proto.IsolationLevel(3) },
 			Resources:  func() Resources { return Resources{MilliCPUsPerGPU: 4000, MemoryPerGPU: 1 << 30, HostMemory: 8 << 30} },
 			JoinMarket: func(_ context.Context, mkt string) error { r.joined = append(r.joined, mkt); return nil },
+			Republished: func(_ context.Context, mkts []string) { r.refreshed = append(r.refreshed, mkts) },
 		}})
 	return r
 }
@@ -170,6 +173,31 @@ func TestPublishOffer(t *testing.T) {
 		}
 		if g.LeasedUntilUnixMs != want {
 			t.Errorf("GPU %s leased until %d, want %d", g.Uuid, g.LeasedUntilUnixMs, want)
+		}
+	}
+}
+
+// TestRepublishRefreshesBooks: the books' copies of the offer are
+// refreshed (Hooks.Republished, with the offer's markets) by a republish
+// once half a TTL has passed since the first offer or the last refresh,
+// and not by the first offer or the republishes in between.
+func TestRepublishRefreshesBooks(t *testing.T) {
+	r := newRig(t, "dgxa100")
+	ctx := t.Context()
+	for i, c := range []struct {
+		at      time.Duration // after t0; the rig's TTL is an hour
+		refresh bool
+	}{{0, false}, {20 * time.Minute, false}, {40 * time.Minute, true}, {41 * time.Minute, false}, {60 * time.Minute, false}, {70 * time.Minute, true}} {
+		r.clock.now = t0.Add(c.at)
+		before := len(r.refreshed)
+		if err := r.p.Publish(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := len(r.refreshed) > before; got != c.refresh {
+			t.Errorf("publish %d at t0+%s refreshed the books: %v, want %v", i, c.at, got, c.refresh)
+		}
+		if c.refresh && !slices.Equal(r.refreshed[len(r.refreshed)-1], r.dht.markets[i]) {
+			t.Errorf("refreshed %v, want the offer's markets %v", r.refreshed[len(r.refreshed)-1], r.dht.markets[i])
 		}
 	}
 }

@@ -1,0 +1,107 @@
+package exchange
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+
+	"github.com/suanli/suanli/p2p"
+	"github.com/suanli/suanli/proto"
+)
+
+// TestOfferRefresh: a provider that republishes refreshes its offer in
+// the book (Books.Refresh): a replica two hops away keeps the new offer
+// beside the ask and in its cache, and a node that syncs later gets it,
+// so discovery from the book stays current. Negative controls: a replay
+// of the ask with its older offer, or again with the offer kept, is
+// ignored and leaves the kept offer; a maker that refreshes faster than
+// refreshRate is cut off.
+func TestOfferRefresh(t *testing.T) {
+	var cur atomic.Pointer[[]byte]
+	maker := newNetPeer(t, peerOpts{noDHT: true, offerFor: func(*proto.Order) []byte { return *cur.Load() }})
+	relay := newNetPeer(t, peerOpts{noDHT: true})
+	replica := newNetPeer(t, peerOpts{noDHT: true})
+	connect(t, relay, maker)
+	connect(t, replica, relay)
+	meshed(t, maker, relay)
+	meshed(t, relay, replica)
+
+	off1 := sealOfferSeq(t, maker.key, maker.h.ID(), 8, 1)
+	maker.holdOffer(t, off1)
+	cur.Store(&off1)
+	env, ev := maker.sealOrder(t, proto.Side_SIDE_ASK, 4, 2_000_000, 1)
+	maker.publish(t, env, ev, nil) // by digest (Publish attaches it)
+	waitUntil(t, "the replica to hold the ask", func() bool { return replica.books.Holds(mkt, "USD", ev.Order.ID) })
+	if k := replica.books.kept(ev.Order); k.seq != 1 {
+		t.Fatalf("the replica keeps offer seq %d beside the ask, want 1", k.seq)
+	}
+
+	off2 := sealOfferSeq(t, maker.key, maker.h.ID(), 8, 2)
+	maker.holdOffer(t, off2)
+	cur.Store(&off2)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	maker.books.Refresh(ctx, mkt)
+	waitUntil(t, "the refresh to reach the replica", func() bool { return replica.books.kept(ev.Order).seq == 2 })
+	for _, p := range []*netPeer{relay, replica} {
+		if o := p.offers.Cached(maker.h.ID()); o == nil || o.Seq != 2 {
+			t.Errorf("a replica caches offer %v, want seq 2", o)
+		}
+	}
+
+	late := newNetPeer(t, peerOpts{noDHT: true, noJoin: true})
+	connect(t, late, replica)
+	waitUntil(t, "the replica's subscription", func() bool { return subscribed(late, replica.h.ID()) })
+	if err := late.books.JoinMarket(ctx, mkt); err != nil {
+		t.Fatal(err)
+	}
+	if o := late.offers.Cached(maker.h.ID()); !late.books.Holds(mkt, "USD", ev.Order.ID) || o == nil || o.Seq != 2 {
+		t.Fatalf("the late node holds the ask: %v, with offer %v; want seq 2", late.books.Holds(mkt, "USD", ev.Order.ID), o)
+	}
+
+	// Replays: the ask with its first offer, and with the offer kept.
+	for _, off := range [][]byte{off1, off2} {
+		msg, err := p2p.MarshalBook(&proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}, Offer: off})
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := p2p.DecodeBook(msg, mkt, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res := replica.books.checkRefresh(ctx, relay.h.ID(), again); res != pubsub.ValidationIgnore {
+			t.Errorf("a replay with offer seq %d = %v, want ignored", again.Offer.Seq, res)
+		}
+	}
+	if k := replica.books.kept(ev.Order); k.seq != 2 {
+		t.Fatalf("after the replays the replica keeps seq %d, want 2", k.seq)
+	}
+
+	// The maker's own replica keeps the offer it refreshed with.
+	if k := maker.books.kept(ev.Order); string(k.env) != string(off2) {
+		t.Fatal("the maker's own replica does not keep its current offer")
+	}
+
+	// A maker refreshing faster than refreshRate is cut off past the
+	// burst (the refreshes above spent some of it on the replica).
+	for seq := uint64(3); seq < 3+refreshBurst+1; seq++ {
+		msg, err := p2p.MarshalBook(&proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}, Offer: sealOfferSeq(t, maker.key, maker.h.ID(), 8, seq)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := p2p.DecodeBook(msg, mkt, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		replica.books.checkRefresh(ctx, relay.h.ID(), again)
+	}
+	if n := count(replica.rejects, "book", "refresh-rate-limited"); n == 0 {
+		t.Error("a maker refreshing without pause was never limited")
+	}
+	if k := replica.books.kept(ev.Order); k.seq < 3 {
+		t.Errorf("the replica keeps seq %d: the refreshes within the limit were not taken", k.seq)
+	}
+}
