@@ -112,10 +112,10 @@ func newRig(t *testing.T, model string) *rig {
 	r.p = New(Config{Self: self, Key: k, GPUs: gpus, NoGPU: errors.New("buyer only"), Store: st, DHT: r.dht, Clock: r.clock, Log: quiet(),
 		OfferTTL: time.Hour, Region: "CN-GZ", Price: market.Money{Micros: 2_500_000, Currency: "USD"}, BillingInterval: time.Minute,
 		Hooks: Hooks{
-			Addrs:      func() []string { return []string{"/ip4/127.0.0.1/tcp/4001/p2p/" + self.String()} },
-			Isolation:  func() proto.IsolationLevel { return proto.IsolationLevel(3) },
-			Resources:  func() Resources { return Resources{MilliCPUsPerGPU: 4000, MemoryPerGPU: 1 << 30, HostMemory: 8 << 30} },
-			JoinMarket: func(_ context.Context, mkt string) error { r.joined = append(r.joined, mkt); return nil },
+			Addrs:       func() []string { return []string{"/ip4/127.0.0.1/tcp/4001/p2p/" + self.String()} },
+			Isolation:   func() proto.IsolationLevel { return proto.IsolationLevel(3) },
+			Resources:   func() Resources { return Resources{MilliCPUsPerGPU: 4000, MemoryPerGPU: 1 << 30, HostMemory: 8 << 30} },
+			JoinMarket:  func(_ context.Context, mkt string) error { r.joined = append(r.joined, mkt); return nil },
 			Republished: func(_ context.Context, mkts []string) { r.refreshed = append(r.refreshed, mkts) },
 		}})
 	return r
