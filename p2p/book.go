@@ -312,23 +312,24 @@ func (v *Verified) DecodeBook(data []byte, mkt string, now time.Time) (*BookEven
 // attachOffer verifies the offer that travelled beside the ask of ev and
 // records it there: a sealed offer signed by the ask's maker (by anyone
 // for a resale ask), valid now (OpenOffer at now) or, when it has expired
-// since, valid when the ask was made (OfferExpired). An ask is checked
-// against the offer it was made on wherever and whenever it arrives, so
-// every replica decides the same: one that gets it late, by sync, after
-// the offer's provider republished, accepts it as the replicas that got
-// it on gossip did. It may outlive that offer by MaxOrderTTL at most, as
-// any ask may outlive the offer current when it was made.
+// since, valid while the ask was open (OfferExpired): when the ask was
+// made, or when the offer was, if later (its provider refreshed it).
+// An ask is checked against the offer it travels with wherever and
+// whenever it arrives, so every replica decides the same: one that gets
+// it late, by sync, after the offer's provider republished or left,
+// accepts it as the replicas that got it on gossip did. It may outlive
+// that offer by MaxOrderTTL at most, as any ask may outlive the offer
+// current when it was made.
 func (v *Verified) attachOffer(ev *BookEvent, env []byte, now time.Time) error {
 	if ev.Order.Side != market.Ask {
 		return fmt.Errorf("%w: an offer beside a bid", ErrBookOffer)
 	}
 	oe, err := v.openOffer(env, now)
 	if errors.Is(err, market.ErrOfferExpired) {
-		at := ev.Order.Created // up to MaxClockSkew ahead of now (OpenOrder)
-		if at.After(now) {
-			at = now
-		}
-		oe, err = v.openOffer(env, at)
+		oe, err = v.openOfferAt(env, func(o *proto.Offer) time.Time {
+			at := max(ev.Order.Created.UnixMilli(), o.CreatedUnixMs) // up to MaxClockSkew ahead of now (OpenOrder)
+			return time.UnixMilli(min(at, now.UnixMilli()))
+		})
 		if err == nil {
 			ev.OfferExpired = true
 			if end := time.UnixMilli(oe.offer.ExpiresUnixMs).Add(market.MaxOrderTTL); ev.Order.Expires.After(end) {

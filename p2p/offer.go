@@ -77,6 +77,12 @@ func (v *Verified) OpenOffer(b []byte, now time.Time) (*proto.Offer, peer.ID, er
 // simulation do not share verifies; only the decoded offer and its bytes
 // are shared.
 func (v *Verified) openOffer(b []byte, now time.Time) (*openedOffer, error) {
+	return v.openOfferAt(b, func(*proto.Offer) time.Time { return now })
+}
+
+// openOfferAt is openOffer with the offer checked at the time at gives
+// for it.
+func (v *Verified) openOfferAt(b []byte, at func(*proto.Offer) time.Time) (*openedOffer, error) {
 	o, signer, err := OpenWith[*proto.Offer](v, b, proto.MaxOfferSize)
 	if err != nil {
 		return nil, err
@@ -85,12 +91,12 @@ func (v *Verified) openOffer(b []byte, now time.Time) (*openedOffer, error) {
 	e := internedOffer(key, b)
 	if e == nil {
 		e = &openedOffer{env: b, offer: o, signer: signer}
-		if err := checkOffer(e, now); err != nil {
+		if err := checkOffer(e, at(o)); err != nil {
 			return nil, err
 		}
 		return internOffer(key, b, o, signer), nil
 	}
-	if err := checkOffer(e, now); err != nil {
+	if err := checkOffer(e, at(e.offer)); err != nil {
 		return nil, err
 	}
 	return e, nil

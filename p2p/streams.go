@@ -179,8 +179,11 @@ func RequestSync(ctx context.Context, h host.Host, p peer.ID, market string) ([]
 // ReconcileProtocol carries a set reconciliation of one market's book: a
 // few rounds of proto.Reconcile each way on one stream (package exchange
 // says what the rounds mean).
-// 2.0.0 carries stamped makers' elements only, as SyncProtocol 2.0.0.
-const ReconcileProtocol = protocol.ID("/suanli/book-reconcile/2.0.0")
+// 2.0.0 carries stamped makers' elements only, as SyncProtocol 2.0.0;
+// 3.0.0 names an ask by the seq of the offer kept beside it too (an
+// offer refreshed on one side is a difference), which 2.0.0 peers would
+// see as a difference forever.
+const ReconcileProtocol = protocol.ID("/suanli/book-reconcile/3.0.0")
 
 // Bounds on a reconciliation, kept by both sides: one message at most
 // MaxReconcileMessage bytes, a whole exchange at most ReconcileTimeout.

@@ -1487,7 +1487,7 @@ func (x *ReconcileRange) GetListed() bool {
 }
 
 // Reconcile is one message of a set reconciliation of a market's book over
-// /suanli/book-reconcile/2.0.0: ranges to compare, the IDs the sender
+// /suanli/book-reconcile/3.0.0: ranges to compare, the IDs the sender
 // wants, and the elements it sends. done ends the exchange.
 type Reconcile struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`

@@ -228,10 +228,11 @@ type Books struct {
 	joined   map[string]time.Time // when each topic was joined
 	// inlined is, by market, the digest of the last offer an ask of this
 	// node carried whole (attach).
-	inlined    map[string][p2p.OfferDigestSize]byte
-	limiters   map[string]*rate.Limiter  // by maker
-	refreshers map[string]*rate.Limiter  // offer refreshes, by maker (refresh.go)
-	authors    map[peer.ID]*rate.Limiter // by gossip author, under authorsMu
+	inlined     map[string][p2p.OfferDigestSize]byte
+	limiters    map[string]*rate.Limiter  // by maker
+	refreshers  map[string]*rate.Limiter  // offer refreshes, by maker (refresh.go)
+	refreshSeqs map[string]uint64         // the newest offer seq charged to each maker (refresh.go)
+	authors     map[peer.ID]*rate.Limiter // by gossip author, under authorsMu
 	// authorsMu guards authors alone: every gossiped message's first
 	// check must not queue behind the replicas' lock (at 1,000 simulated
 	// nodes 1,628 validators waited on b.mu here).
@@ -288,15 +289,15 @@ func New(cfg Config) *Books {
 		joined:     map[string]time.Time{},
 		inlined:    map[string][p2p.OfferDigestSize]byte{},
 		limiters:   map[string]*rate.Limiter{},
-		refreshers: map[string]*rate.Limiter{},
-		authors:    map[peer.ID]*rate.Limiter{},
-		syncers:    map[peer.ID]*rate.Limiter{},
-		kick:       make(chan string, 64),
-		rkick:      make(chan struct{}, 1),
-		elemIDs:    map[string]map[elemKey]elemID{},
-		snaps:      map[string]snapCache{},
-		adm:        newAdmission(cfg.Admission),
-		stamps:     map[string][]byte{},
+		refreshers: map[string]*rate.Limiter{}, refreshSeqs: map[string]uint64{},
+		authors: map[peer.ID]*rate.Limiter{},
+		syncers: map[peer.ID]*rate.Limiter{},
+		kick:    make(chan string, 64),
+		rkick:   make(chan struct{}, 1),
+		elemIDs: map[string]map[elemKey]elemID{},
+		snaps:   map[string]snapCache{},
+		adm:     newAdmission(cfg.Admission),
+		stamps:  map[string][]byte{},
 	}
 }
 

@@ -8,8 +8,9 @@
 // know at a bounded rate (admission.go: a Sybil's fresh keys stop at the
 // first hop), duplicates, per-maker rate limits and caps, and, through a
 // hook, whether an ask is backed by its provider's offer,
-// which travels beside the ask; an offer not known yet is retried, never
-// refused for good), applies what is accepted, keeps cancels and fills as
+// which travels beside the ask and backs it for life, and which the
+// provider refreshes when it republishes (refresh.go); an offer not known
+// yet is retried, never refused for good), applies what is accepted, keeps cancels and fills as
 // tombstones, answers and asks for the open orders of late joiners,
 // reconciles each market's set of orders and tombstones with its peers
 // (reconcile.go: periodically, on a peer's return, cost growing with the

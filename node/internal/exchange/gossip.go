@@ -446,9 +446,13 @@ func (b *Books) attach(m *proto.BookMessage, ev *p2p.BookEvent) *proto.BookMessa
 			return m
 		}
 		o := ev.Order
+		kept := keptOffer{env: env}
+		if off, _, err := b.cfg.Offers.verified().OpenOffer(env, b.cfg.Now()); err == nil {
+			kept.seq = off.Seq // as the replicas that get it keep it: reconciliation names asks by it
+		}
 		b.With(o.Market, o.Currency, func(s *Replica) {
 			if _, _, ok := s.Book.Lookup(o.ID); ok {
-				s.offers[o.ID] = keptOffer{env: env}
+				s.offers[o.ID] = kept
 			}
 		})
 		d := p2p.OfferDigest(env) // OfferFor's envelopes are Offers' own or cached: Held answers pulls of it

@@ -73,7 +73,10 @@ const (
 	reconcileBurst = 10
 )
 
-// elemID names an element by its kind and bytes.
+// elemID names an element by its kind and bytes, and an ask also by the
+// seq of the offer kept beside it (refresh.go): a replica that missed its
+// provider's refresh differs from one that got it, and reconciliation
+// hands it the newer offer.
 type elemID = [sha256.Size]byte
 
 // elem is what a peer that lacks an element is sent. Its message is
@@ -85,6 +88,7 @@ type elem struct {
 	cancelled []byte
 	fill      *proto.Fill
 	offer     []byte // an ask's offer, sent once per provider a message
+	offerSeq  uint64 // the seq of the offer kept beside an ask (0: unknown)
 	provider  string
 	stamp     []byte // its maker's stamp, or a party's (carry.go)
 }
@@ -112,10 +116,13 @@ const (
 	kindFill   = 'f'
 )
 
-func hashElem(kind byte, b []byte) elemID {
+func hashElem(kind byte, b []byte, offerSeq uint64) elemID {
 	h := sha256.New()
 	h.Write([]byte{kind})
 	h.Write(b)
+	if offerSeq != 0 {
+		h.Write(binary.BigEndian.AppendUint64(nil, offerSeq))
+	}
 	var id elemID
 	h.Sum(id[:0])
 	return id
@@ -194,10 +201,10 @@ func (b *Books) elements(mkt string, byTime bool) (*elemSet, snapSig) {
 	ids := make(map[elemKey]elemID, n)
 	for _, group := range [][]raw{fills, cancels, orders} {
 		for _, r := range group {
-			k := elemKey{unsafe.SliceData(r.key), len(r.key), r.kind}
+			k := elemKey{unsafe.SliceData(r.key), len(r.key), r.kind, r.e.offerSeq}
 			id, ok := b.elemIDs[mkt][k]
 			if !ok {
-				id = hashElem(r.kind, r.key)
+				id = hashElem(r.kind, r.key, r.e.offerSeq)
 			}
 			ids[k] = id
 			if _, dup := set.elems[id]; !dup {
@@ -245,7 +252,8 @@ func (b *Books) eachElemLocked(mkt string, now time.Time, fn func(kind byte, key
 			}
 			e := elem{order: env, stamp: st}
 			if o.Side == market.Ask {
-				e.provider, e.offer = o.Maker, s.offers[id].env
+				k := s.offers[id]
+				e.provider, e.offer, e.offerSeq = o.Maker, k.env, k.seq
 			}
 			fn(kindOrder, env, e, o.Created)
 		}
@@ -332,6 +340,7 @@ type elemKey struct {
 	p    *byte
 	n    int
 	kind byte
+	seq  uint64
 }
 
 // messages lists the elements in the order elements made them, each ask's

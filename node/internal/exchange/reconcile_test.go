@@ -198,9 +198,9 @@ func TestElementIDs(t *testing.T) {
 			var id elemID
 			switch {
 			case m.GetOrder() != nil:
-				id = hashElem(kindOrder, m.GetOrder())
+				id = hashElem(kindOrder, m.GetOrder(), 0)
 			case m.GetCancel() != nil:
-				id = hashElem(kindCancel, m.GetCancel())
+				id = hashElem(kindCancel, m.GetCancel(), 0)
 			default:
 				t.Fatalf("%s: unexpected element %v", when, m)
 			}

@@ -27,11 +27,15 @@ import (
 // The same ask coming again is a refresh only when it brings a newer
 // offer of its maker's than the one kept beside it: a replay of an older
 // one, or a duplicate, is ignored and goes no further. Refreshes are
-// limited per maker (refreshRate), since a maker can sign new offers at
-// will and each costs every replica a pull and a verify.
+// limited per maker (refreshRate, past the maker's order rate that every
+// book message of its spends), since a maker can sign new offers at will
+// and each costs every replica a pull and a verify.
 
 // keptOffer is the sealed offer kept beside an open ask and its seq (0
-// when unknown: this node's own, attached as it published).
+// when unknown). Reconciliation names an ask by both (elemID), so the
+// replicas that missed a refresh on gossip get it from their peers: the
+// first ask of a provider in an answer carries the offer, and the others
+// take it from the cache (checkRefresh).
 type keptOffer struct {
 	env []byte
 	seq uint64
@@ -101,18 +105,15 @@ func (b *Books) refresh(ctx context.Context, mkt string) error {
 // than the one kept beside it, which it then keeps; Ignore otherwise.
 func (b *Books) checkRefresh(ctx context.Context, from peer.ID, ev *p2p.BookEvent) pubsub.ValidationResult {
 	o := ev.Order
-	if o.Side != market.Ask || len(ev.OrderProto.GetResell()) > 0 || (ev.Offer == nil && len(ev.OfferDigest) == 0) {
+	if o.Side != market.Ask || len(ev.OrderProto.GetResell()) > 0 {
 		return pubsub.ValidationIgnore
 	}
 	kept := b.kept(o)
-	if ev.Offer != nil && ev.Offer.Seq <= kept.seq {
+	if ev.Offer == nil && len(ev.OfferDigest) == 0 {
+		b.adoptCached(o, kept.seq)
 		return pubsub.ValidationIgnore
 	}
-	b.mu.Lock()
-	allowed := p2p.AllowIn(b.refreshers, o.Maker, refreshRate, refreshBurst)
-	b.mu.Unlock()
-	if !allowed {
-		b.reject("book", "refresh-rate-limited")
+	if ev.Offer != nil && ev.Offer.Seq <= kept.seq {
 		return pubsub.ValidationIgnore
 	}
 	if !b.pullOffer(ctx, ev, from) {
@@ -122,12 +123,60 @@ func (b *Books) checkRefresh(ctx context.Context, from peer.ID, ev *p2p.BookEven
 	if ev.Offer == nil || ev.Offer.Seq <= kept.seq || ev.OfferExpired {
 		return pubsub.ValidationIgnore // not pulled, or nothing new
 	}
+	// Charged once per offer, and only for a newer one: a relay replaying
+	// the maker's old refreshes does not spend the maker's budget, nor do
+	// its other asks brought up to the same offer.
+	b.mu.Lock()
+	allowed := ev.Offer.Seq <= b.refreshSeqs[o.Maker]
+	if !allowed && p2p.AllowIn(b.refreshers, o.Maker, refreshRate, refreshBurst) {
+		if len(b.refreshSeqs) > 100_000 {
+			clear(b.refreshSeqs)
+		}
+		b.refreshSeqs[o.Maker], allowed = ev.Offer.Seq, true
+	}
+	b.mu.Unlock()
+	if !allowed {
+		b.reject("book", "refresh-rate-limited")
+		return pubsub.ValidationIgnore
+	}
 	b.With(o.Market, o.Currency, func(s *Replica) {
 		if s.envs[o.ID] != nil && s.offers[o.ID].seq < ev.Offer.Seq { // still open, not refreshed meanwhile
 			s.offers[o.ID] = keptOffer{env: ev.OfferEnvelope, seq: ev.Offer.Seq}
 		}
 	})
 	return pubsub.ValidationAccept
+}
+
+// adoptCached keeps beside ask o the newest unexpired offer of its maker
+// that the cache holds, if newer than seq (the one kept): an ask that
+// came again without its offer, by reconciliation beside another ask of
+// its provider's that carried the newer one.
+func (b *Books) adoptCached(o *market.Order, seq uint64) {
+	p, err := peer.Decode(o.Maker)
+	if err != nil || b.cfg.Offers == nil {
+		return
+	}
+	off, env := b.cfg.Offers.newestSealed(p)
+	if off == nil || off.Seq <= seq {
+		return
+	}
+	b.With(o.Market, o.Currency, func(s *Replica) {
+		if s.envs[o.ID] != nil && s.offers[o.ID].seq < off.Seq {
+			s.offers[o.ID] = keptOffer{env: env, seq: off.Seq}
+		}
+	})
+}
+
+// newestSealed is the cached offer of p and its sealed form while it is
+// unexpired and its sealed form known, or nils.
+func (x *Offers) newestSealed(p peer.ID) (*proto.Offer, []byte) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	o, env := x.cache[p], x.envs[p]
+	if o == nil || env == nil || !time.UnixMilli(o.ExpiresUnixMs).After(x.cfg.Now()) {
+		return nil, nil
+	}
+	return o, env
 }
 
 // kept is the offer kept beside open order o.

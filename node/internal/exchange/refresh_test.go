@@ -1,6 +1,7 @@
 package exchange
 
 import (
+	"bytes"
 	"context"
 	"sync/atomic"
 	"testing"
@@ -104,4 +105,63 @@ func TestOfferRefresh(t *testing.T) {
 	if k := replica.books.kept(ev.Order); k.seq < 3 {
 		t.Errorf("the replica keeps seq %d: the refreshes within the limit were not taken", k.seq)
 	}
+}
+
+// TestRefreshReconciled: a replica that missed its provider's refresh
+// gets the newer offer by reconciliation, since asks are named by the
+// seq of the offer kept beside them; the replica that had it keeps it
+// (the older one it is sent back is ignored), and both then list the
+// same elements. Negative control: before the refresh the two agree.
+func TestRefreshReconciled(t *testing.T) {
+	a := newNetPeer(t, peerOpts{noDHT: true, reconcile: 200 * time.Millisecond})
+	b := newNetPeer(t, peerOpts{noDHT: true, reconcile: 200 * time.Millisecond})
+	connect(t, a, b)
+	meshed(t, a, b)
+
+	off1 := sealOfferSeq(t, a.key, a.h.ID(), 8, 1)
+	env1, ev1 := a.sealOrder(t, proto.Side_SIDE_ASK, 4, 2_000_000, 1)
+	env2, ev2 := a.sealOrder(t, proto.Side_SIDE_ASK, 4, 2_100_000, 2)
+	a.publish(t, env1, ev1, off1)
+	a.publish(t, env2, ev2, off1)
+	waitUntil(t, "b to hold both asks", func() bool {
+		return b.books.Holds(mkt, "USD", ev1.Order.ID) && b.books.Holds(mkt, "USD", ev2.Order.ID)
+	})
+	ids := func(p *netPeer) string { return string(bytes.Join(toSlices(p.books.reconcileSet(mkt).ids), nil)) }
+	waitUntil(t, "the replicas to list the same elements", func() bool { return ids(a) == ids(b) })
+
+	// b gets the refresh of both asks outside gossip, as one that got the
+	// provider's refresh while a was cut off.
+	off2 := sealOfferSeq(t, a.key, a.h.ID(), 8, 2)
+	for _, env := range [][]byte{env1, env2} {
+		msg, err := p2p.MarshalBook(&proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}, Offer: off2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, err := p2p.DecodeBook(msg, mkt, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.offers.RememberSealed(ev.OfferProvider, ev.Offer, ev.OfferEnvelope) // as checkRelay does first
+		if res := b.books.checkRefresh(context.Background(), "", ev); res != pubsub.ValidationAccept {
+			t.Fatalf("refresh = %v", res)
+		}
+	}
+	if ids(a) == ids(b) {
+		t.Fatal("a replica that missed a refresh lists the same elements")
+	}
+	waitUntil(t, "reconciliation to bring a the newer offer", func() bool {
+		return a.books.kept(ev1.Order).seq == 2 && a.books.kept(ev2.Order).seq == 2
+	})
+	waitUntil(t, "the replicas to list the same elements again", func() bool { return ids(a) == ids(b) })
+	if b.books.kept(ev1.Order).seq != 2 || b.books.kept(ev2.Order).seq != 2 {
+		t.Fatal("the replica that had the newer offer went back to the older")
+	}
+}
+
+func toSlices(ids []elemID) [][]byte {
+	out := make([][]byte, len(ids))
+	for i := range ids {
+		out[i] = ids[i][:]
+	}
+	return out
 }
