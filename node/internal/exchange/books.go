@@ -518,6 +518,7 @@ func (b *Books) apply(mkt string, ev *p2p.BookEvent) bool {
 	switch ev.Kind {
 	case p2p.KindOrder:
 		o := ev.Order
+		kept := b.keptFor(ev)
 		b.mu.Lock()
 		s, err := b.state(o.Market, o.Currency)
 		var evicted string
@@ -526,8 +527,8 @@ func (b *Books) apply(mkt string, ev *p2p.BookEvent) bool {
 		}
 		mine := false
 		if err == nil {
-			if ev.OfferEnvelope != nil {
-				s.offers[o.ID] = keptOffer{env: ev.OfferEnvelope, seq: ev.Offer.GetSeq()}
+			if kept.env != nil {
+				s.offers[o.ID] = kept
 			}
 			for _, id := range b.evictMaker(s, o.Maker) {
 				b.reject("book", "maker-evicted")

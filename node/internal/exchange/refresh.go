@@ -179,6 +179,30 @@ func (x *Offers) newestSealed(p peer.ID) (*proto.Offer, []byte) {
 	return o, env
 }
 
+// keptFor is the offer to keep beside the order of ev as it rests: the
+// one it travelled with, or for an ask that came without (by sync or
+// reconciliation, beside another ask of its provider's that carried it)
+// the cache's newest of its maker, as adoptCached would take, so that a
+// replica that synced names it as its peers do (elemID).
+func (b *Books) keptFor(ev *p2p.BookEvent) keptOffer {
+	if ev.OfferEnvelope != nil {
+		return keptOffer{env: ev.OfferEnvelope, seq: ev.Offer.GetSeq()}
+	}
+	o := ev.Order
+	if o.Side != market.Ask || len(ev.OrderProto.GetResell()) > 0 || b.cfg.Offers == nil {
+		return keptOffer{}
+	}
+	p, err := peer.Decode(o.Maker)
+	if err != nil {
+		return keptOffer{}
+	}
+	off, env := b.cfg.Offers.newestSealed(p)
+	if off == nil {
+		return keptOffer{}
+	}
+	return keptOffer{env: env, seq: off.Seq}
+}
+
 // kept is the offer kept beside open order o.
 func (b *Books) kept(o *market.Order) (k keptOffer) {
 	b.With(o.Market, o.Currency, func(s *Replica) { k = s.offers[o.ID] })
