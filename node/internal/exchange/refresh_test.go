@@ -65,14 +65,7 @@ func TestOfferRefresh(t *testing.T) {
 
 	// Replays: the ask with its first offer, and with the offer kept.
 	for _, off := range [][]byte{off1, off2} {
-		msg, err := p2p.MarshalBook(&proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}, Offer: off})
-		if err != nil {
-			t.Fatal(err)
-		}
-		again, err := p2p.DecodeBook(msg, mkt, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
+		again := withOffer(t, env, off)
 		if res := replica.books.checkRefresh(ctx, relay.h.ID(), again); res != pubsub.ValidationIgnore {
 			t.Errorf("a replay with offer seq %d = %v, want ignored", again.Offer.Seq, res)
 		}
@@ -89,14 +82,7 @@ func TestOfferRefresh(t *testing.T) {
 	// A maker refreshing faster than refreshRate is cut off past the
 	// burst (the refreshes above spent some of it on the replica).
 	for seq := uint64(3); seq < 3+refreshBurst+1; seq++ {
-		msg, err := p2p.MarshalBook(&proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}, Offer: sealOfferSeq(t, maker.key, maker.h.ID(), 8, seq)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		again, err := p2p.DecodeBook(msg, mkt, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
+		again := withOffer(t, env, sealOfferSeq(t, maker.key, maker.h.ID(), 8, seq))
 		replica.books.checkRefresh(ctx, relay.h.ID(), again)
 	}
 	if n := count(replica.rejects, "book", "refresh-rate-limited"); n == 0 {
@@ -135,14 +121,7 @@ func TestRefreshReconciled(t *testing.T) {
 	// provider's refresh while a was cut off.
 	off2 := sealOfferSeq(t, a.key, a.h.ID(), 8, 2)
 	for _, env := range [][]byte{env1, env2} {
-		msg, err := p2p.MarshalBook(&proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}, Offer: off2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ev, err := p2p.DecodeBook(msg, mkt, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
+		ev := withOffer(t, env, off2)
 		b.offers.RememberSealed(ev.OfferProvider, ev.Offer, ev.OfferEnvelope) // as checkRelay does first
 		// Accepted, or (the second) ignored if a reconciliation between
 		// the two calls brought it up to the cached offer already.
@@ -169,4 +148,18 @@ func toSlices(ids []elemID) [][]byte {
 		out[i] = ids[i][:]
 	}
 	return out
+}
+
+// withOffer is ask env as a replica decodes it with offer beside it.
+func withOffer(t *testing.T, env, offer []byte) *p2p.BookEvent {
+	t.Helper()
+	msg, err := p2p.MarshalBook(&proto.BookMessage{Body: &proto.BookMessage_Order{Order: env}, Offer: offer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := p2p.DecodeBook(msg, mkt, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
 }
