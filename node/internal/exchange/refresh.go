@@ -110,7 +110,7 @@ func (b *Books) checkRefresh(ctx context.Context, from peer.ID, ev *p2p.BookEven
 	}
 	kept := b.kept(o)
 	if ev.Offer == nil && len(ev.OfferDigest) == 0 {
-		b.adoptCached(o, kept.seq)
+		b.adoptCached(o)
 		return pubsub.ValidationIgnore
 	}
 	if ev.Offer != nil && ev.Offer.Seq <= kept.seq {
@@ -139,32 +139,41 @@ func (b *Books) checkRefresh(ctx context.Context, from peer.ID, ev *p2p.BookEven
 		b.reject("book", "refresh-rate-limited")
 		return pubsub.ValidationIgnore
 	}
-	b.With(o.Market, o.Currency, func(s *Replica) {
-		if s.envs[o.ID] != nil && s.offers[o.ID].seq < ev.Offer.Seq { // still open, not refreshed meanwhile
-			s.offers[o.ID] = keptOffer{env: ev.OfferEnvelope, seq: ev.Offer.Seq}
-		}
-	})
+	b.keepNewer(o, keptOffer{env: ev.OfferEnvelope, seq: ev.Offer.Seq})
 	return pubsub.ValidationAccept
 }
 
 // adoptCached keeps beside ask o the newest unexpired offer of its maker
-// that the cache holds, if newer than seq (the one kept): an ask that
-// came again without its offer, by reconciliation beside another ask of
-// its provider's that carried the newer one.
-func (b *Books) adoptCached(o *market.Order, seq uint64) {
-	p, err := peer.Decode(o.Maker)
-	if err != nil || b.cfg.Offers == nil {
-		return
-	}
-	off, env := b.cfg.Offers.newestSealed(p)
-	if off == nil || off.Seq <= seq {
+// that the cache holds, if newer than the one kept: an ask that came
+// again without its offer, by reconciliation beside another ask of its
+// provider's that carried the newer one.
+func (b *Books) adoptCached(o *market.Order) { b.keepNewer(o, b.cachedFor(o)) }
+
+// keepNewer keeps k beside ask o if o is still open and k is newer than
+// the offer kept beside it.
+func (b *Books) keepNewer(o *market.Order, k keptOffer) {
+	if k.env == nil {
 		return
 	}
 	b.With(o.Market, o.Currency, func(s *Replica) {
-		if s.envs[o.ID] != nil && s.offers[o.ID].seq < off.Seq {
-			s.offers[o.ID] = keptOffer{env: env, seq: off.Seq}
+		if s.envs[o.ID] != nil && s.offers[o.ID].seq < k.seq {
+			s.offers[o.ID] = k
 		}
 	})
+}
+
+// cachedFor is the cache's newest unexpired offer of ask o's maker, with
+// its sealed form, or none.
+func (b *Books) cachedFor(o *market.Order) keptOffer {
+	p, err := peer.Decode(o.Maker)
+	if err != nil || b.cfg.Offers == nil {
+		return keptOffer{}
+	}
+	off, env := b.cfg.Offers.newestSealed(p)
+	if off == nil {
+		return keptOffer{}
+	}
+	return keptOffer{env: env, seq: off.Seq}
 }
 
 // newestSealed is the cached offer of p and its sealed form while it is
@@ -185,22 +194,13 @@ func (x *Offers) newestSealed(p peer.ID) (*proto.Offer, []byte) {
 // the cache's newest of its maker, as adoptCached would take, so that a
 // replica that synced names it as its peers do (elemID).
 func (b *Books) keptFor(ev *p2p.BookEvent) keptOffer {
-	if ev.OfferEnvelope != nil {
+	switch {
+	case ev.OfferEnvelope != nil:
 		return keptOffer{env: ev.OfferEnvelope, seq: ev.Offer.GetSeq()}
-	}
-	o := ev.Order
-	if o.Side != market.Ask || len(ev.OrderProto.GetResell()) > 0 || b.cfg.Offers == nil {
+	case ev.Order.Side != market.Ask || len(ev.OrderProto.GetResell()) > 0:
 		return keptOffer{}
 	}
-	p, err := peer.Decode(o.Maker)
-	if err != nil {
-		return keptOffer{}
-	}
-	off, env := b.cfg.Offers.newestSealed(p)
-	if off == nil {
-		return keptOffer{}
-	}
-	return keptOffer{env: env, seq: off.Seq}
+	return b.cachedFor(ev.Order)
 }
 
 // kept is the offer kept beside open order o.
